@@ -1,0 +1,241 @@
+"""Interval arithmetic over sqlglot expressions: the bounds of an aggregated value, derived from the policy.
+
+`SUM(price * qty)` is answerable when price and qty are declared bounded, because the product then has bounds
+too. This module computes them, or says which column is missing bounds. The intervals are computed with Python
+floats and may be off by rounding; the rewrite therefore clamps every aggregated expression to its interval in
+the SQL that runs, so the sensitivity holds whatever the engine computes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sqlglot import exp
+
+if TYPE_CHECKING:
+    from dpsql.policy import ColumnPolicy
+
+
+@dataclass(frozen=True)
+class Interval:
+    lo: float
+    hi: float
+
+    @property
+    def mid(self) -> float:
+        return (self.lo + self.hi) / 2
+
+    @property
+    def half_width(self) -> float:
+        return (self.hi - self.lo) / 2
+
+    def hull(self, other: Interval) -> Interval:
+        return Interval(min(self.lo, other.lo), max(self.hi, other.hi))
+
+    def contains_zero(self) -> bool:
+        return self.lo <= 0 <= self.hi
+
+
+class Unbounded(Exception):
+    """The expression has no bounds derivable from the policy; the message says what is missing."""
+
+
+_BOOLEAN = Interval(0.0, 1.0)
+_MAX_MAGNITUDE = 1e15
+
+
+def interval_of(node: exp.Expression, columns: dict[str, ColumnPolicy]) -> Interval:
+    """The interval every non-NULL value of `node` lies in, for any row the policy admits."""
+    result = _interval(node, columns)
+    if not (math.isfinite(result.lo) and math.isfinite(result.hi)) or \
+            max(abs(result.lo), abs(result.hi)) > _MAX_MAGNITUDE:
+        raise Unbounded(f"the value of {node.sql('duckdb')} may reach {result.lo:g}..{result.hi:g}, beyond "
+                        f"what can be summed exactly (1e15)")
+    return result
+
+
+def _interval(node: exp.Expression, columns: dict[str, ColumnPolicy]) -> Interval:
+    rule = _RULES.get(type(node))
+    if rule is not None:
+        return rule(node, columns)
+    if isinstance(node, exp.Predicate | exp.Connector | exp.Not):
+        return _BOOLEAN  # comparisons and logic are 0/1 when summed
+    raise Unbounded(f"cannot bound {node.sql('duckdb')}: {type(node).__name__.lower()} has no interval rule")
+
+
+def _column(node: exp.Column, columns: dict[str, ColumnPolicy]) -> Interval:
+    policy = columns[node.name]
+    if policy.type.value == "bool":
+        return _BOOLEAN
+    if not policy.bounded:
+        raise Unbounded(f"column '{node.name}' needs bounds: declare lower and upper for it in the policy")
+    return Interval(policy.lower, policy.upper)
+
+
+def _literal(node: exp.Literal, _: dict) -> Interval:
+    if node.is_string:
+        raise Unbounded(f"cannot sum the text literal {node.sql('duckdb')}")
+    value = float(node.this)
+    return Interval(value, value)
+
+
+def _products(a: Interval, b: Interval, op: Callable[[float, float], float]) -> Interval:
+    values = [op(x, y) for x in (a.lo, a.hi) for y in (b.lo, b.hi)]
+    return Interval(min(values), max(values))
+
+
+def _binary(op: Callable[[Interval, Interval, exp.Expression], Interval]):
+    def rule(node: exp.Expression, columns: dict) -> Interval:
+        return op(_interval(node.left, columns), _interval(node.right, columns), node)
+    return rule
+
+
+def _divide(a: Interval, b: Interval, node: exp.Expression) -> Interval:
+    if b.contains_zero():
+        raise Unbounded(f"cannot bound {node.sql('duckdb')}: the divisor {node.right.sql('duckdb')} may be 0 "
+                        f"(its bounds are {b.lo:g}..{b.hi:g})")
+    return _products(a, b, lambda x, y: x / y)
+
+
+def _int_divide(a: Interval, b: Interval, node: exp.Expression) -> Interval:
+    quotient = _divide(a, b, node)
+    return Interval(math.floor(quotient.lo), math.floor(quotient.hi) + 1)
+
+
+def _modulo(a: Interval, b: Interval, node: exp.Expression) -> Interval:
+    limit = max(abs(b.lo), abs(b.hi))
+    if b.contains_zero():
+        raise Unbounded(f"cannot bound {node.sql('duckdb')}: the divisor may be 0")
+    lo = 0.0 if a.lo >= 0 else -min(limit, abs(a.lo))
+    hi = 0.0 if a.hi <= 0 else min(limit, a.hi)
+    return Interval(lo, hi)
+
+
+def _power(node: exp.Pow, columns: dict) -> Interval:
+    base = _interval(node.this, columns)
+    exponent = node.expression
+    if not (isinstance(exponent, exp.Literal) and not exponent.is_string and float(exponent.this).is_integer()
+            and 0 <= float(exponent.this) <= 8):
+        raise Unbounded(f"cannot bound {node.sql('duckdb')}: only whole exponents from 0 to 8 are supported")
+    n = int(float(exponent.this))
+    ends = [base.lo**n, base.hi**n]
+    lo = 0.0 if n % 2 == 0 and base.contains_zero() else min(ends)
+    return Interval(lo, max(ends))
+
+
+def _monotone(fn: Callable[[float], float], domain_lo: float = -math.inf, strict: bool = False):
+    """A rule for a non-decreasing one-argument function defined on [domain_lo, inf) (or (domain_lo, inf))."""
+    def rule(node: exp.Expression, columns: dict) -> Interval:
+        inner = _interval(node.this, columns)
+        if inner.lo < domain_lo or (strict and inner.lo == domain_lo):
+            raise Unbounded(f"cannot bound {node.sql('duckdb')}: its argument may be "
+                            f"{'<=' if strict else '<'} {domain_lo:g} (bounds {inner.lo:g}..{inner.hi:g})")
+        try:
+            return Interval(fn(inner.lo), fn(inner.hi))
+        except OverflowError:
+            raise Unbounded(f"cannot bound {node.sql('duckdb')}: it overflows") from None
+    return rule
+
+
+def _round(node: exp.Expression, columns: dict) -> Interval:
+    """ROUND, FLOOR and CEIL are non-decreasing; rounding to `d` decimals stays on the grid of 10**-d around."""
+    inner = _interval(node.this, columns)
+    decimals = node.args.get("decimals")
+    if decimals is None:
+        step = 1.0
+    elif isinstance(decimals, exp.Literal) and not decimals.is_string and float(decimals.this).is_integer():
+        step = 10.0 ** -int(float(decimals.this))
+    elif isinstance(decimals, exp.Neg) and isinstance(decimals.this, exp.Literal):
+        step = 10.0 ** int(float(decimals.this.this))
+    else:
+        raise Unbounded(f"cannot bound {node.sql('duckdb')}: the number of decimals must be a whole literal")
+    return Interval(math.floor(inner.lo / step) * step, math.ceil(inner.hi / step) * step)
+
+
+def _hull(parts: list[exp.Expression], columns: dict) -> Interval:
+    intervals = [_interval(p, columns) for p in parts if not isinstance(p, exp.Null)]
+    if not intervals:
+        raise Unbounded("an expression that is always NULL has nothing to sum")
+    result = intervals[0]
+    for other in intervals[1:]:
+        result = result.hull(other)
+    return result
+
+
+def _case(node: exp.Case, columns: dict) -> Interval:
+    branches = [branch.args["true"] for branch in node.args["ifs"]]
+    if node.args.get("default") is not None:
+        branches.append(node.args["default"])
+    return _hull(branches, columns)
+
+
+def _if(node: exp.If, columns: dict) -> Interval:
+    return _hull([node.args["true"], *([node.args["false"]] if node.args.get("false") else [])], columns)
+
+
+def _neg(node: exp.Neg, columns: dict) -> Interval:
+    inner = _interval(node.this, columns)
+    return Interval(-inner.hi, -inner.lo)
+
+
+def _abs(node: exp.Abs, columns: dict) -> Interval:
+    inner = _interval(node.this, columns)
+    if inner.contains_zero():
+        return Interval(0.0, max(-inner.lo, inner.hi))
+    return Interval(min(abs(inner.lo), abs(inner.hi)), max(abs(inner.lo), abs(inner.hi)))
+
+
+def _sign(node: exp.Sign, columns: dict) -> Interval:
+    inner = _interval(node.this, columns)
+    return Interval(float(math.copysign(1, inner.lo)) if inner.lo else 0.0,
+                    float(math.copysign(1, inner.hi)) if inner.hi else 0.0)
+
+
+def _cast(node: exp.Cast, columns: dict) -> Interval:
+    if not node.to.is_type(*exp.DataType.NUMERIC_TYPES, exp.DataType.Type.BOOLEAN):
+        raise Unbounded(f"cannot bound {node.sql('duckdb')}: only casts to numbers can be summed")
+    inner = _interval(node.this, columns)
+    if node.to.is_type(*exp.DataType.INTEGER_TYPES):
+        return Interval(math.floor(inner.lo), math.ceil(inner.hi))
+    return inner
+
+
+def _any_argument(node: exp.Expression, columns: dict) -> Interval:
+    """COALESCE, LEAST and GREATEST return one of their arguments (the latter two skip NULLs, so not
+    necessarily the smallest or largest): only the hull of all the arguments is safe."""
+    return _hull([node.this, *node.expressions], columns)
+
+
+_RULES: dict[type, Callable[[exp.Expression, dict], Interval]] = {
+    exp.Column: _column,
+    exp.Literal: _literal,
+    exp.Boolean: lambda node, _: Interval(float(node.this), float(node.this)),
+    exp.Paren: lambda node, columns: _interval(node.this, columns),
+    exp.Add: _binary(lambda a, b, _: Interval(a.lo + b.lo, a.hi + b.hi)),
+    exp.Sub: _binary(lambda a, b, _: Interval(a.lo - b.hi, a.hi - b.lo)),
+    exp.Mul: _binary(lambda a, b, _: _products(a, b, lambda x, y: x * y)),
+    exp.Div: _binary(_divide),
+    exp.IntDiv: _binary(_int_divide),
+    exp.Mod: _binary(_modulo),
+    exp.Neg: _neg,
+    exp.Abs: _abs,
+    exp.Sign: _sign,
+    exp.Pow: _power,
+    exp.Sqrt: _monotone(math.sqrt, 0.0),
+    exp.Ln: _monotone(math.log, 0.0, strict=True),
+    exp.Exp: _monotone(math.exp),
+    exp.Round: _round,
+    exp.Floor: _round,
+    exp.Ceil: _round,
+    exp.Case: _case,
+    exp.If: _if,
+    exp.Coalesce: _any_argument,
+    exp.Nullif: lambda node, columns: _interval(node.this, columns),
+    exp.Least: _any_argument,
+    exp.Greatest: _any_argument,
+    exp.Cast: _cast,
+    exp.TryCast: _cast,
+}

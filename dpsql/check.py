@@ -1,0 +1,361 @@
+"""Stage 2: decide whether a parsed SELECT can be answered privately, from the SQL and the policy alone.
+
+The result, `CheckedQuery`, splits the query into the part that touches private rows (the table, the row filter,
+the group keys, the aggregate calls with their bounds) and the part that is post-processing of noisy cells (the
+outer SELECT over a table `__noisy`, with HAVING, ORDER BY, LIMIT). Nothing here reads the data, so a rejection
+can never reveal anything about it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from sqlglot import exp
+from sqlglot.errors import OptimizeError
+from sqlglot.optimizer.qualify import qualify
+
+from dpsql.bounds import Interval, Unbounded, interval_of
+from dpsql.errors import ProgrammingError, QueryRejected
+from dpsql.parse import DIALECT, ParsedQuery
+from dpsql.policy import ColumnType, Policy, TablePolicy
+from dpsql.vetting import ROW_NODES, describe, vet_row_expression
+
+NOISY_TABLE = "__noisy"
+KEY_PREFIX = "__k"
+AGG_PREFIX = "__a"
+OUT_PREFIX = "__o"
+
+
+class AggregateKind(StrEnum):
+    COUNT = "count"
+    COUNT_UNITS = "count_units"
+    SUM = "sum"
+    AVG = "avg"
+    VAR_SAMP = "var_samp"
+    VAR_POP = "var_pop"
+    STDDEV_SAMP = "stddev_samp"
+    STDDEV_POP = "stddev_pop"
+
+    @property
+    def needs_bounds(self) -> bool:
+        return self not in (AggregateKind.COUNT, AggregateKind.COUNT_UNITS)
+
+
+_AGGREGATES: dict[type[exp.Expression], AggregateKind] = {
+    exp.Sum: AggregateKind.SUM,
+    exp.Avg: AggregateKind.AVG,
+    exp.Variance: AggregateKind.VAR_SAMP,
+    exp.VariancePop: AggregateKind.VAR_POP,
+    exp.Stddev: AggregateKind.STDDEV_SAMP,
+    exp.StddevSamp: AggregateKind.STDDEV_SAMP,
+    exp.StddevPop: AggregateKind.STDDEV_POP,
+}
+
+
+@dataclass(frozen=True)
+class AggregateCall:
+    kind: AggregateKind
+    argument: exp.Expression | None  # None for COUNT(*) and COUNT(DISTINCT unit)
+    interval: Interval | None  # the bounds of the argument, for the kinds that need them
+    nullable: bool  # whether the argument can be NULL on some row
+    text: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.kind.value, self.argument.sql(DIALECT) if self.argument is not None else ""
+
+
+@dataclass(frozen=True)
+class GroupKey:
+    expression: exp.Expression
+    text: str
+    domain: tuple[Any, ...] | None  # the public values; None means the keys need partition selection
+
+
+@dataclass(frozen=True)
+class CheckedQuery:
+    sql: str
+    table: TablePolicy
+    where: exp.Expression | None
+    keys: tuple[GroupKey, ...]
+    aggregates: tuple[AggregateCall, ...]
+    outer: exp.Select  # post-processing over __noisy(__k0.., __a0..): select items aliased __o0..
+    output_names: tuple[str, ...]
+    output_aggregate: tuple[int | None, ...]  # per output, the one aggregate it is a monotone function of
+
+
+_SELECT_CLAUSES = {"expressions", "from_", "where", "group", "having", "order", "limit", "offset"}
+
+
+def check(parsed: ParsedQuery, policy: Policy) -> CheckedQuery:
+    tree = parsed.tree.copy()
+    _check_clauses(tree)
+    table = _table_of(tree, policy)
+    names = _output_names(tree)
+    schema = {table.name: {c.name: c.type.duckdb for c in table.columns.values()}}
+    try:
+        tree = qualify(tree, schema=schema, dialect=DIALECT, validate_qualify_columns=True)
+    except OptimizeError as exc:
+        raise ProgrammingError(f"{exc} (table '{table.name}' has the columns: "
+                               f"{', '.join(sorted(table.columns))})") from None
+    where = tree.args.get("where")
+    if where is not None:
+        vet_row_expression(where.this, "WHERE")
+    keys = tuple(_group_key(e, table) for e in _group_expressions(tree))
+    aggregates: list[AggregateCall] = []
+    outer = _outer_query(tree, table, keys, aggregates)
+    if not aggregates:
+        raise QueryRejected("the query has no aggregate: only aggregates such as COUNT(*), SUM, AVG can be "
+                            "released privately, never individual rows")
+    return CheckedQuery(
+        sql=parsed.sql,
+        table=table,
+        where=where.this if where is not None else None,
+        keys=keys,
+        aggregates=tuple(aggregates),
+        outer=outer,
+        output_names=names,
+        output_aggregate=tuple(_single_aggregate(e.this) for e in outer.expressions),
+    )
+
+
+def _check_clauses(tree: exp.Select) -> None:
+    for clause, value in tree.args.items():
+        if value and clause not in _SELECT_CLAUSES:
+            label = {"with_": "WITH (common table expressions)", "joins": "JOIN", "distinct": "SELECT DISTINCT",
+                     "qualify": "QUALIFY", "windows": "WINDOW", "laterals": "LATERAL", "sample": "TABLESAMPLE",
+                     "into": "SELECT INTO", "pivots": "PIVOT", "kind": "SELECT AS STRUCT"}.get(clause, clause)
+            raise QueryRejected(f"{label} is not supported: ask one table with WHERE, GROUP BY and aggregates")
+    from_ = tree.args.get("from_")
+    if from_ is None:
+        raise QueryRejected("the query has no FROM: name one of the policy's tables")
+    for select_item in tree.expressions:
+        if isinstance(select_item, exp.Star) or (isinstance(select_item, exp.Column)
+                                                 and isinstance(select_item.this, exp.Star)):
+            raise QueryRejected("SELECT * would release individual rows: select aggregates such as COUNT(*)")
+        if isinstance(select_item, exp.Columns):
+            raise QueryRejected("COLUMNS(...) is not supported: name the aggregates you want")
+    group = tree.args.get("group")
+    if group is not None:
+        for clause in ("rollup", "cube", "grouping_sets", "totals"):
+            if group.args.get(clause):
+                raise QueryRejected(f"GROUP BY {clause.upper().replace('_', ' ')} is not supported")
+        if group.args.get("all"):
+            raise QueryRejected("GROUP BY ALL is not supported: name the group keys")
+
+
+def _table_of(tree: exp.Select, policy: Policy) -> TablePolicy:
+    source = tree.args["from_"].this
+    if not isinstance(source, exp.Table) or not isinstance(source.this, exp.Identifier):
+        kind = describe(source.this if isinstance(source, exp.Table) else source)
+        raise QueryRejected(f"FROM must name a declared table; {kind} is not allowed (table functions, files and "
+                            "subqueries cannot be read)")
+    if source.args.get("db") or source.args.get("catalog"):
+        raise QueryRejected(f"FROM {source.sql(DIALECT)}: only the policy's tables can be read, without a schema "
+                            "or catalog")
+    for clause in ("joins", "laterals", "pivots", "sample", "version", "when", "changes"):
+        if source.args.get(clause):
+            raise QueryRejected(f"FROM {source.sql(DIALECT)}: {clause} is not supported")
+    table = policy.table(source.name)
+    if table is None:
+        raise ProgrammingError(f"unknown table '{source.name}' (the policy declares: "
+                               f"{', '.join(sorted(policy.tables))})")
+    return table
+
+
+def _output_names(tree: exp.Select) -> tuple[str, ...]:
+    names: list[str] = []
+    for item in tree.expressions:
+        if isinstance(item, exp.Alias):
+            name = item.alias
+        elif isinstance(item, exp.Column):
+            name = item.name
+        else:
+            name = item.sql(DIALECT).lower()
+        base, n = name, 2
+        while name in names:
+            name, n = f"{base}_{n}", n + 1
+        names.append(name)
+    return tuple(names)
+
+
+def _group_expressions(tree: exp.Select) -> list[exp.Expression]:
+    group = tree.args.get("group")
+    return list(group.expressions) if group is not None else []
+
+
+def _group_key(expression: exp.Expression, table: TablePolicy) -> GroupKey:
+    text = expression.sql(DIALECT)
+    vet_row_expression(expression, f"GROUP BY {text}")
+    columns = {c.name for c in expression.find_all(exp.Column)}
+    if table.privacy_unit in columns:
+        raise QueryRejected(f"GROUP BY {text}: grouping by the privacy unit column '{table.privacy_unit}' would "
+                            "give one group per person")
+    return GroupKey(expression, text, _domain(expression, table))
+
+
+def _domain(expression: exp.Expression, table: TablePolicy) -> tuple[Any, ...] | None:
+    """The public values a group key can take, derived from the policy and the SQL only."""
+    if isinstance(expression, exp.Paren):
+        return _domain(expression.this, table)
+    if isinstance(expression, exp.Column):
+        column = table.columns[expression.name]
+        if column.values is not None:
+            return column.values
+        if column.type is ColumnType.BOOL:
+            return (False, True)
+        return None
+    if isinstance(expression, exp.Predicate | exp.Not) and not isinstance(expression, exp.Is):
+        return (False, True)
+    if isinstance(expression, exp.Case) and expression.args.get("default") is not None:
+        results = [branch.args["true"] for branch in expression.args["ifs"]] + [expression.args["default"]]
+        if all(isinstance(r, exp.Literal) for r in results):
+            values = [r.this if r.is_string else _number(r.this) for r in results]
+            if len({type(v) for v in values}) == 1:
+                return tuple(dict.fromkeys(values))
+    return None
+
+
+def _number(text: str) -> int | float:
+    value = float(text)
+    return int(value) if value.is_integer() and "." not in text and "e" not in text.lower() else value
+
+
+def _outer_query(tree: exp.Select, table: TablePolicy, keys: tuple[GroupKey, ...],
+                 aggregates: list[AggregateCall]) -> exp.Select:
+    """Rewrite the SELECT into post-processing over __noisy: aggregates and group keys become columns."""
+    key_index = {k.expression.sql(DIALECT): i for i, k in enumerate(keys)}
+    aliases = [item.alias for item in tree.expressions]
+    select_items = []
+    for i, item in enumerate(tree.expressions):
+        inner = item.this if isinstance(item, exp.Alias) else item
+        replaced = _replace_private(inner, table, key_index, aggregates, f"SELECT {inner.sql(DIALECT)}")
+        select_items.append(exp.alias_(replaced, f"{OUT_PREFIX}{i}"))
+    outer = exp.select(*select_items).from_(NOISY_TABLE)
+    having = tree.args.get("having")
+    if having is not None:
+        outer = outer.where(_replace_private(having.this, table, key_index, aggregates, "HAVING"))
+    order = tree.args.get("order")
+    if order is not None:
+        ordered = []
+        for item in order.expressions:
+            target = item.this
+            if isinstance(target, exp.Column) and not target.table and target.name in aliases:
+                new_this = exp.column(f"{OUT_PREFIX}{aliases.index(target.name)}")
+            else:
+                new_this = _replace_private(target, table, key_index, aggregates, "ORDER BY")
+            rewritten = item.copy()
+            rewritten.set("this", new_this)
+            ordered.append(rewritten)
+        outer = outer.order_by(*ordered)
+    for clause in ("limit", "offset"):
+        node = tree.args.get(clause)
+        if node is not None:
+            value = node.expression if isinstance(node, exp.Limit | exp.Offset) else node
+            if not (isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit()):
+                raise QueryRejected(f"{clause.upper()} must be a whole number")
+            outer.set(clause, node.copy())
+    return outer
+
+
+def _replace_private(node: exp.Expression, table: TablePolicy, key_index: dict[str, int],
+                     aggregates: list[AggregateCall], context: str) -> exp.Expression:
+    text = node.sql(DIALECT)
+    if text in key_index:
+        return exp.column(f"{KEY_PREFIX}{key_index[text]}")
+    if isinstance(node, exp.AggFunc | exp.Filter):
+        call = _aggregate(node, table, context)
+        keys = [a.key for a in aggregates]
+        if call.key not in keys:
+            aggregates.append(call)
+            keys.append(call.key)
+        return exp.column(f"{AGG_PREFIX}{keys.index(call.key)}")
+    if isinstance(node, exp.Column):
+        raise QueryRejected(f"{context}: column '{node.name}' is used outside an aggregate but is not a GROUP BY "
+                            "key: only aggregates and group keys can be released")
+    if isinstance(node, exp.Window):
+        raise QueryRejected(f"{context}: window functions are not supported")
+    if isinstance(node, exp.Subquery | exp.Query):
+        raise QueryRejected(f"{context}: subqueries are not supported")
+    if type(node) not in ROW_NODES and not isinstance(node, exp.Ordered):
+        raise QueryRejected(f"{context}: {describe(node)} is not in the list of vetted SQL functions")
+    result = node.copy()
+    for arg, value in node.args.items():
+        if isinstance(value, exp.Expression):
+            result.set(arg, _replace_private(value, table, key_index, aggregates, context))
+        elif isinstance(value, list):
+            result.set(arg, [_replace_private(v, table, key_index, aggregates, context)
+                             if isinstance(v, exp.Expression) else v for v in value])
+    return result
+
+
+def _aggregate(node: exp.Expression, table: TablePolicy, context: str) -> AggregateCall:
+    text = node.sql(DIALECT)
+    if isinstance(node, exp.Filter):
+        raise QueryRejected(f"{text}: FILTER (WHERE ...) is not supported; put the condition in a CASE inside "
+                            "the aggregate or in the WHERE clause")
+    if any(isinstance(n, exp.AggFunc) for n in node.this.walk()) if node.this is not None else False:
+        raise QueryRejected(f"{text}: an aggregate inside an aggregate is not supported")
+    if isinstance(node, exp.Count):
+        return _count(node, table, text)
+    kind = _AGGREGATES.get(type(node))
+    if kind is None:
+        name = node.sql_name() if isinstance(node, exp.Func) else type(node).__name__
+        raise QueryRejected(f"{context}: {name.upper()} is not supported: a single person can move it without "
+                            "bound, so it has no differentially private answer here (supported: COUNT, "
+                            "COUNT(DISTINCT unit), SUM, AVG, VAR, STDDEV)")
+    argument = node.this
+    if isinstance(argument, exp.Distinct):
+        raise QueryRejected(f"{text}: DISTINCT inside {kind.value.upper()} is not supported")
+    vet_row_expression(argument, text)
+    try:
+        interval = interval_of(argument, table.columns)
+    except Unbounded as exc:
+        raise QueryRejected(f"{text}: {exc}") from None
+    return AggregateCall(kind, argument, interval, _nullable(argument, table), text)
+
+
+def _count(node: exp.Count, table: TablePolicy, text: str) -> AggregateCall:
+    argument = node.this
+    if argument is None or isinstance(argument, exp.Star):
+        return AggregateCall(AggregateKind.COUNT, None, None, False, text)
+    if isinstance(argument, exp.Distinct):
+        inner = argument.expressions
+        if (len(inner) == 1 and isinstance(inner[0], exp.Column) and table.privacy_unit is not None
+                and inner[0].name == table.privacy_unit):
+            return AggregateCall(AggregateKind.COUNT_UNITS, None, None, False, text)
+        unit = f"COUNT(DISTINCT {table.privacy_unit})" if table.privacy_unit else "COUNT(*) (one row per person)"
+        raise QueryRejected(f"{text}: COUNT(DISTINCT ...) is only supported on the privacy unit: {unit}")
+    vet_row_expression(argument, text)
+    if not _nullable(argument, table):
+        return AggregateCall(AggregateKind.COUNT, None, None, False, text)
+    return AggregateCall(AggregateKind.COUNT, argument, None, True, text)
+
+
+def _nullable(expression: exp.Expression, table: TablePolicy) -> bool:
+    """Whether the expression can be NULL on some row; False only when that is certain from the policy."""
+    if isinstance(expression, exp.Paren):
+        return _nullable(expression.this, table)
+    if isinstance(expression, exp.Column):
+        return expression.name != table.privacy_unit and table.columns[expression.name].nullable
+    return not isinstance(expression, exp.Literal)
+
+
+def _single_aggregate(node: exp.Expression) -> int | None:
+    """The aggregate an output is a monotone function of, so its interval maps through; None otherwise."""
+    columns = [c.name for c in node.find_all(exp.Column) if c.name.startswith(AGG_PREFIX)]
+    if len(columns) != 1:
+        return None
+    monotone = (exp.Column, exp.Identifier, exp.Literal, exp.Paren, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Neg,
+                exp.Round, exp.Floor, exp.Ceil, exp.Cast, exp.TryCast, exp.DataType)
+    for part in node.walk():
+        if not isinstance(part, monotone):
+            return None
+        if isinstance(part, exp.Div) and any(c.name.startswith(AGG_PREFIX)
+                                             for c in part.expression.find_all(exp.Column)):
+            return None  # x / noisy is not monotone across zero
+        if isinstance(part, exp.Cast | exp.TryCast) and not part.to.is_type(*exp.DataType.NUMERIC_TYPES):
+            return None
+    return int(columns[0][len(AGG_PREFIX):])

@@ -1,0 +1,172 @@
+"""Stage 5: the DuckDB that holds the private tables, and the only place bounded SQL runs.
+
+Loading happens once per engine. Each declared table is read from its source with the declared types, only the
+declared columns are kept (an undeclared column is invisible), NaN becomes NULL, rows without a privacy unit and
+rows with NULL in a column declared `nullable = false` are dropped. Then the bounding is prepared: a secret
+per-row hash (`__dp_key`), each row's rank within its unit by that hash (`__dp_rank`), the unit's row count
+(`__dp_n`), and each bounded column's fixed-point integer (`__dp_q_<col>`). Queries then only filter, so they do
+not sort the table per person each time.
+
+After loading, external access is switched off and the configuration locked: should a query ever get past the
+checker with a file name in it, DuckDB itself refuses to read, write, attach or load anything.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from typing import Any
+
+import duckdb
+from sqlglot import exp
+
+from dpsql.errors import ExecutionFailed, PolicyError, QueryRejected
+from dpsql.fixedpoint import fixed_point
+from dpsql.parse import DIALECT
+from dpsql.policy import ColumnType, Policy, TablePolicy
+from dpsql.rewrite import RANK, ROW_KEY, UNIT, UNIT_ROWS, prepared_table, quantized_column, schema_twin
+
+_SANDBOX = (
+    "SET enable_external_access = false",
+    "SET lock_configuration = true",
+)
+_STARTUP_CONFIG = {
+    "autoinstall_known_extensions": "false",
+    "autoload_known_extensions": "false",
+    "allow_community_extensions": "false",
+}
+
+
+class Engine:
+    """A sandboxed in-memory DuckDB holding the policy's tables, prepared for bounded queries."""
+
+    def __init__(self, policy: Policy, *, bounding_seed: int | None = None, threads: int | None = None) -> None:
+        config = dict(_STARTUP_CONFIG)
+        if threads is not None:
+            config["threads"] = str(threads)
+        self._lock = threading.Lock()
+        self._con = duckdb.connect(":memory:", config=config)
+        # The salt makes the per-unit choice of rows unpredictable; a fixed one is for tests only.
+        salt = bounding_seed if bounding_seed is not None else secrets.randbits(62)
+        try:
+            for table in policy.tables.values():
+                self._load(table, salt)
+            for statement in _SANDBOX:
+                self._con.execute(statement)
+        except BaseException:
+            self._con.close()
+            raise
+
+    def _load(self, table: TablePolicy, salt: int) -> None:
+        source = self._source(table)
+        found = self._source_columns(table, source)
+        missing = [name for name in table.columns if name not in found]
+        if missing:
+            raise PolicyError(f"policy: table '{table.name}', columns.{missing[0]}: the source has no column "
+                              f"'{missing[0]}' (it has: {', '.join(sorted(found))})")
+        cleaned = ", ".join(f"{_clean(name, c.type)} AS {_quote(name)}" for name, c in table.columns.items())
+        conditions = [f"{_quote(n)} IS NOT NULL" for n, c in table.columns.items() if not c.nullable]
+        if table.privacy_unit is not None:
+            conditions.append(f"{_quote(table.privacy_unit)} IS NOT NULL")
+            unit = _quote(table.privacy_unit)
+        else:
+            unit = "row_number() OVER ()"
+        row_hash = f"hash({', '.join(_quote(n) for n in table.columns)}, {salt})"
+        quantized = [f"{fixed_point(c.interval).centered(exp.column(name)).sql(DIALECT)} AS "
+                     f"{quantized_column(name)}" for name, c in table.columns.items() if c.bounded]
+        ranks = (f"row_number() OVER (PARTITION BY {UNIT} ORDER BY {ROW_KEY}) AS {RANK}, "
+                 f"count(*) OVER (PARTITION BY {UNIT}) AS {UNIT_ROWS}") if not table.row_privacy else \
+            f"1 AS {RANK}, 1 AS {UNIT_ROWS}"
+        where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
+        cleaned_rows = f"SELECT {cleaned} FROM {source} {where}"
+        keyed = f"SELECT *, {unit} AS {UNIT}, {row_hash} AS {ROW_KEY} FROM ({cleaned_rows})"
+        prepared = f"SELECT *, {', '.join([ranks, *quantized])} FROM ({keyed})"
+        try:
+            self._con.execute(f"CREATE TABLE {prepared_table(table.name)} AS {prepared}")
+        except duckdb.Error as exc:
+            raise PolicyError(f"policy: table '{table.name}': cannot load {table.source.pattern!r} with the "
+                              f"declared column types: {self._column_hint(table)} ({type(exc).__name__})") from None
+        self._con.execute(f"CREATE TABLE {schema_twin(table.name)} AS "
+                          f"SELECT * FROM {prepared_table(table.name)} LIMIT 0")
+
+    def _source(self, table: TablePolicy, typed: bool = True) -> str:
+        path = exp.Literal.string(table.source.pattern).sql(DIALECT)
+        if table.source.kind == "csv" and not typed:
+            return f"read_csv({path}, header = true, all_varchar = true)"
+        if table.source.kind == "csv":
+            types = ", ".join(f"{exp.Literal.string(n).sql(DIALECT)}: '{c.type.duckdb}'"
+                              for n, c in table.columns.items())
+            return f"read_csv({path}, header = true, types = {{{types}}})"
+        if table.source.kind == "parquet":
+            return f"read_parquet({path})"
+        alias = f"__dp_src_{table.name}"
+        if alias in {row[0] for row in self._con.execute("SELECT database_name FROM duckdb_databases()").fetchall()}:
+            return f"{alias}.{_quote(table.source.table)}"
+        try:
+            self._con.execute(f"ATTACH {path} AS {alias} (READ_ONLY)")
+        except duckdb.Error as exc:
+            raise PolicyError(f"policy: table '{table.name}', source: cannot open the DuckDB database "
+                              f"({type(exc).__name__})") from None
+        return f"{alias}.{_quote(table.source.table)}"
+
+    def _source_columns(self, table: TablePolicy, source: str) -> dict[str, str]:
+        try:
+            described = self._con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()
+        except duckdb.Error as exc:
+            raise PolicyError(f"policy: table '{table.name}', source: cannot read {table.source.pattern!r} "
+                              f"({_first_line(exc)})") from None
+        return {row[0].lower(): row[1] for row in described}
+
+    def _column_hint(self, table: TablePolicy) -> str:
+        """Name the first declared column whose values do not all read as its declared type.
+
+        This message goes to whoever loads the policy and depends on the data; it names a column, never a value
+        or a row, and it is the same for every query, so it cannot be used to probe individual rows.
+        """
+        source = self._source(table, typed=False)
+        for name, column in table.columns.items():
+            unreadable = self._con.execute(
+                f"SELECT count(*) FROM {source} WHERE {_quote(name)} IS NOT NULL AND "
+                f"TRY_CAST({_quote(name)} AS {column.type.duckdb}) IS NULL").fetchone()[0]
+            if unreadable:
+                return f"column '{name}' has values that are not {column.type.value}"
+        return "the source could not be read"
+
+    def dry_run(self, sql: str) -> list[str]:
+        """Run a bounded query on the empty twin: type errors surface here, decided by the schema alone."""
+        with self._lock:
+            try:
+                cursor = self._con.execute(sql)
+                cursor.fetchall()
+                return [str(d[1]) for d in cursor.description]
+            except duckdb.Error as exc:
+                raise QueryRejected(f"the query does not type-check: {_first_line(exc)}") from None
+
+    def run(self, sql: str) -> list[tuple[Any, ...]]:
+        """Run a bounded query on the data. Any failure gets the same message, whatever the data."""
+        with self._lock:
+            try:
+                return self._con.execute(sql).fetchall()
+            except duckdb.Error:
+                raise ExecutionFailed("the query failed while running on the data. It was charged: whether "
+                                      "it fails could depend on the data") from None
+
+    def close(self) -> None:
+        with self._lock:
+            self._con.close()
+
+
+def _quote(name: str) -> str:
+    return exp.to_identifier(name, quoted=True).sql(DIALECT)
+
+
+def _clean(name: str, ctype: ColumnType) -> str:
+    column = f"CAST({_quote(name)} AS {ctype.duckdb})"
+    if ctype is ColumnType.FLOAT:
+        # NaN sorts above every number, so it would slip through comparisons and clamps: it becomes NULL.
+        return f"CASE WHEN isnan({column}) THEN NULL ELSE {column} END"
+    return column
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -1,0 +1,102 @@
+"""Exact samplers for integer noise: discrete Laplace and discrete Gaussian.
+
+Every sample is drawn with integer arithmetic only, following Canonne, Kamath and Steinke, "The Discrete
+Gaussian for Differential Privacy" (NeurIPS 2020), algorithms 1-3. No floating-point number is ever part of the
+noise, so the output set has none of the gaps that Mironov (CCS 2012) exploited in textbook float Laplace.
+Scales are exact rationals (`fractions.Fraction`); callers pass the noise scale in units of the value's grid.
+
+Randomness comes from a `RandomSource`. Production code uses `SecureRandom` (the operating system's CSPRNG
+through `secrets`); `InsecureSeededRandomForTests` exists only so tests and benchmarks can repeat a run.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+from fractions import Fraction
+from math import isqrt
+from typing import Protocol
+
+
+class RandomSource(Protocol):
+    def randbelow(self, n: int) -> int:
+        """A uniform integer in [0, n)."""
+        ...
+
+    @property
+    def secure(self) -> bool: ...
+
+
+class SecureRandom:
+    """Uniform integers from the operating system's cryptographically secure generator."""
+
+    secure = True
+
+    def randbelow(self, n: int) -> int:
+        return secrets.randbelow(n)
+
+
+class InsecureSeededRandomForTests:
+    """A repeatable, predictable generator. For tests and benchmarks only: it protects no one."""
+
+    secure = False
+
+    def __init__(self, seed: int) -> None:
+        self._random = random.Random(seed)
+
+    def randbelow(self, n: int) -> int:
+        return self._random.randrange(n)
+
+
+def _bernoulli(num: int, den: int, rng: RandomSource) -> bool:
+    """True with probability num/den (0 <= num <= den)."""
+    return rng.randbelow(den) < num
+
+
+def _bernoulli_exp_le1(num: int, den: int, rng: RandomSource) -> bool:
+    """True with probability exp(-num/den), for 0 <= num/den <= 1 (CKS algorithm 1, first part)."""
+    k = 1
+    while _bernoulli(num, den * k, rng):
+        k += 1
+    return k % 2 == 1
+
+
+def bernoulli_exp(gamma: Fraction, rng: RandomSource) -> bool:
+    """True with probability exp(-gamma), for any rational gamma >= 0 (CKS algorithm 1)."""
+    num, den = gamma.numerator, gamma.denominator
+    while num > den:
+        if not _bernoulli_exp_le1(1, 1, rng):
+            return False
+        num -= den
+    return _bernoulli_exp_le1(num, den, rng)
+
+
+def discrete_laplace(scale: Fraction, rng: RandomSource) -> int:
+    """An integer Z with P(Z = z) proportional to exp(-|z| / scale) (CKS algorithm 2)."""
+    if scale <= 0:
+        raise ValueError("the scale of discrete Laplace noise must be positive")
+    t, s = scale.numerator, scale.denominator  # scale = t / s
+    while True:
+        u = rng.randbelow(t)
+        if not bernoulli_exp(Fraction(u, t), rng):
+            continue
+        v = 0
+        while bernoulli_exp(Fraction(1), rng):
+            v += 1
+        y = (u + t * v) // s
+        negative = rng.randbelow(2) == 1
+        if negative and y == 0:
+            continue
+        return -y if negative else y
+
+
+def discrete_gaussian(sigma2: Fraction, rng: RandomSource) -> int:
+    """An integer Z with P(Z = z) proportional to exp(-z^2 / (2 sigma2)) (CKS algorithm 3)."""
+    if sigma2 <= 0:
+        raise ValueError("the variance of discrete Gaussian noise must be positive")
+    t = isqrt(sigma2.numerator // sigma2.denominator) + 1
+    while True:
+        y = discrete_laplace(Fraction(t), rng)
+        gamma = (abs(y) - sigma2 / t) ** 2 / (2 * sigma2)
+        if bernoulli_exp(gamma, rng):
+            return y

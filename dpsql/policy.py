@@ -1,0 +1,359 @@
+"""The steward's policy: a TOML file read into frozen dataclasses, checked completely at load time.
+
+A policy declares what may be asked of each table and what one person may contribute. Everything the privacy
+core relies on (the unit column, the bounds, the public domains, the budget) comes from here and nowhere else:
+in particular never from the data, which would itself leak.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import math
+import tomllib
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from dpsql.bounds import Interval
+from dpsql.errors import PolicyError
+
+
+class ColumnType(StrEnum):
+    INT = "int"
+    FLOAT = "float"
+    TEXT = "text"
+    BOOL = "bool"
+    DATE = "date"
+    TIMESTAMP = "timestamp"
+
+    @property
+    def duckdb(self) -> str:
+        return _DUCKDB_TYPES[self]
+
+    @property
+    def numeric(self) -> bool:
+        return self in (ColumnType.INT, ColumnType.FLOAT)
+
+
+_DUCKDB_TYPES = {
+    ColumnType.INT: "BIGINT",
+    ColumnType.FLOAT: "DOUBLE",
+    ColumnType.TEXT: "VARCHAR",
+    ColumnType.BOOL: "BOOLEAN",
+    ColumnType.DATE: "DATE",
+    ColumnType.TIMESTAMP: "TIMESTAMP",
+}
+
+
+class Accounting(StrEnum):
+    PURE = "pure"  # (epsilon, delta) summed over queries
+    ZCDP = "zcdp"  # rho summed over queries, converted to (epsilon, delta) against the total
+
+
+class MechanismKind(StrEnum):
+    LAPLACE = "laplace"
+    GAUSSIAN = "gaussian"
+
+
+@dataclass(frozen=True)
+class ColumnPolicy:
+    name: str
+    type: ColumnType
+    lower: float | None = None
+    upper: float | None = None
+    values: tuple[Any, ...] | None = None  # a public domain: groups on this column need no partition selection
+    nullable: bool = True  # False: rows with NULL (or NaN) here are dropped when the table is loaded
+
+    @property
+    def bounded(self) -> bool:
+        return self.lower is not None
+
+    @property
+    def interval(self) -> Interval:
+        return Interval(self.lower, self.upper)
+
+
+@dataclass(frozen=True)
+class ContributionBound:
+    """How much one privacy unit may contribute to one query: at most `max_rows` rows in total."""
+
+    max_rows: int
+
+
+@dataclass(frozen=True)
+class Source:
+    kind: str  # "csv" | "parquet" | "duckdb"
+    pattern: str  # an absolute path, globs allowed for csv/parquet
+    table: str | None = None  # the table inside a DuckDB database file
+
+
+@dataclass(frozen=True)
+class TablePolicy:
+    name: str
+    source: Source
+    columns: dict[str, ColumnPolicy]
+    bound: ContributionBound
+    privacy_unit: str | None  # None only when row_privacy is declared explicitly
+    row_privacy: bool = False
+
+
+@dataclass(frozen=True)
+class AnalystBudget:
+    epsilon: float
+    delta: float
+
+
+@dataclass(frozen=True)
+class BudgetPolicy:
+    epsilon: float
+    delta: float
+    query_epsilon: float
+    query_delta: float
+    accounting: Accounting
+    mechanism: MechanismKind
+    ledger: Path
+    analysts: dict[str, AnalystBudget] = field(default_factory=dict)
+
+    def for_analyst(self, analyst: str) -> AnalystBudget:
+        return self.analysts.get(analyst, AnalystBudget(self.epsilon, self.delta))
+
+
+@dataclass(frozen=True)
+class Policy:
+    path: Path
+    tables: dict[str, TablePolicy]
+    budget: BudgetPolicy
+    fingerprint: str  # sha256 of the policy file: the ledger and the answer cache are keyed by it
+
+    def table(self, name: str) -> TablePolicy | None:
+        return self.tables.get(name.lower())
+
+
+def load_policy(path: str | Path) -> Policy:
+    """Read and check a policy file. Raises PolicyError naming the table, the key and the problem."""
+    path = Path(path).expanduser().resolve()
+    try:
+        raw_bytes = path.read_bytes()
+    except OSError as exc:
+        raise PolicyError(f"policy {path}: cannot read the file ({exc.strerror or exc})") from None
+    try:
+        raw = tomllib.loads(raw_bytes.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise PolicyError(f"policy {path}: not valid TOML ({exc})") from None
+    reader = _Reader(path)
+    reader.keys(raw, "", {"budget", "tables"})
+    tables_raw = reader.require(raw, "", "tables", dict)
+    if not tables_raw:
+        reader.fail("", "tables", "declare at least one table")
+    tables = {}
+    for name, spec in tables_raw.items():
+        table = reader.table(name, spec)
+        if table.name in tables:
+            reader.fail(f"table '{name}'", "name", "two tables have the same name (names are case-insensitive)")
+        tables[table.name] = table
+    budget = reader.budget(reader.require(raw, "", "budget", dict))
+    return Policy(path, tables, budget, hashlib.sha256(raw_bytes).hexdigest())
+
+
+_TABLE_KEYS = {"source", "format", "table", "privacy_unit", "row_privacy", "max_rows_per_unit", "columns"}
+_COLUMN_KEYS = {"type", "lower", "upper", "values", "nullable"}
+_BUDGET_KEYS = {"epsilon", "delta", "query_epsilon", "query_delta", "accounting", "mechanism", "ledger",
+                "analysts"}
+_MAX_DOMAIN = 10_000
+
+
+class _Reader:
+    """Checks one policy file; every failure names where in the file it is."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fail(self, where: str, key: str, problem: str) -> None:
+        place = f"{where}, key '{key}'" if where else f"key '{key}'"
+        raise PolicyError(f"policy {self.path.name}: {place}: {problem}")
+
+    def keys(self, raw: dict, where: str, allowed: set[str]) -> None:
+        for key in raw:
+            if key not in allowed:
+                self.fail(where, key, f"unknown key (expected one of: {', '.join(sorted(allowed))})")
+
+    def require(self, raw: dict, where: str, key: str, kind: type) -> Any:
+        if key not in raw:
+            self.fail(where, key, "missing")
+        return self.typed(raw[key], where, key, kind)
+
+    def typed(self, value: Any, where: str, key: str, kind: type | tuple[type, ...]) -> Any:
+        if kind in (float, (int, float)) and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+            names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+            self.fail(where, key, f"expected {names}, got {type(value).__name__} {value!r}")
+        return value
+
+    def number(self, raw: dict, where: str, key: str, default: float | None = None,
+               lo: float = 0.0, lo_open: bool = True, hi: float = math.inf) -> float:
+        if key not in raw:
+            if default is None:
+                self.fail(where, key, "missing")
+            return default
+        value = self.typed(raw[key], where, key, float)
+        if not math.isfinite(value) or value < lo or (lo_open and value == lo) or value > hi:
+            bound = f"> {lo:g}" if lo_open else f">= {lo:g}"
+            self.fail(where, key, f"must be a finite number {bound}" + (f" and <= {hi:g}" if hi < math.inf else "")
+                      + f", got {value!r}")
+        return value
+
+    def table(self, name: str, raw: Any) -> TablePolicy:
+        where = f"table '{name}'"
+        if not name.isidentifier():
+            self.fail(where, "name", "a table name must be a plain identifier (letters, digits, underscore)")
+        if not isinstance(raw, dict):
+            self.fail(where, "", "expected a table of keys")
+        self.keys(raw, where, _TABLE_KEYS)
+        source = self.source(raw, where)
+        columns_raw = self.require(raw, where, "columns", dict)
+        if not columns_raw:
+            self.fail(where, "columns", "declare at least one column")
+        columns = {}
+        for col_name, col_raw in columns_raw.items():
+            col = self.column(where, col_name, col_raw)
+            if col.name in columns:
+                self.fail(where, f"columns.{col_name}", "declared twice (names are case-insensitive)")
+            columns[col.name] = col
+        row_privacy = self.typed(raw.get("row_privacy", False), where, "row_privacy", bool)
+        unit = raw.get("privacy_unit")
+        if unit is None and not row_privacy:
+            self.fail(where, "privacy_unit", "missing: name the column that identifies a person, or declare "
+                                             "row_privacy = true if every row belongs to a different person")
+        if unit is not None and row_privacy:
+            self.fail(where, "row_privacy", "contradicts privacy_unit: declare one or the other")
+        if unit is not None:
+            unit = self.typed(unit, where, "privacy_unit", str).lower()
+            if unit not in columns:
+                self.fail(where, "privacy_unit", f"column '{unit}' is not declared under columns")
+            if columns[unit].bounded or columns[unit].values is not None:
+                self.fail(where, f"columns.{unit}", "the privacy unit column cannot have bounds or public values")
+        default_rows = 1 if row_privacy else None
+        if "max_rows_per_unit" not in raw and default_rows is None:
+            self.fail(where, "max_rows_per_unit", "missing: how many rows one person may contribute to a query")
+        max_rows = raw.get("max_rows_per_unit", default_rows)
+        max_rows = self.typed(max_rows, where, "max_rows_per_unit", int)
+        if max_rows < 1 or max_rows > 1_000_000:
+            self.fail(where, "max_rows_per_unit", f"must be between 1 and 1000000, got {max_rows}")
+        if row_privacy and max_rows != 1:
+            self.fail(where, "max_rows_per_unit", "with row_privacy every row is its own unit: it must be 1")
+        return TablePolicy(name.lower(), source, columns, ContributionBound(max_rows), unit, row_privacy)
+
+    def source(self, raw: dict, where: str) -> Source:
+        pattern = self.require(raw, where, "source", str)
+        full = Path(pattern).expanduser()
+        if not full.is_absolute():
+            full = self.path.parent / full
+        kind = raw.get("format") or _format_of(pattern)
+        if kind not in ("csv", "parquet", "duckdb"):
+            self.fail(where, "format", f"cannot tell the format of {pattern!r}: set format to csv, parquet or duckdb")
+        if not glob.glob(str(full)):
+            self.fail(where, "source", f"no file matches {str(full)!r}")
+        table = raw.get("table")
+        if kind == "duckdb":
+            table = self.typed(table, where, "table", str) if table is not None else None
+            if table is None:
+                self.fail(where, "table", "a DuckDB source needs the name of the table inside the database")
+            if any(ch in str(full) for ch in "*?["):
+                self.fail(where, "source", "a DuckDB database source cannot be a glob")
+        elif table is not None:
+            self.fail(where, "table", "only a DuckDB database source takes a table name")
+        return Source(kind, str(full), table)
+
+    def column(self, where: str, name: str, raw: Any) -> ColumnPolicy:
+        here = f"{where}, column '{name}'"
+        if not name.isidentifier():
+            self.fail(here, "name", "a column name must be a plain identifier (letters, digits, underscore)")
+        if not isinstance(raw, dict):
+            self.fail(here, "", "expected a table of keys such as { type = \"int\" }")
+        self.keys(raw, here, _COLUMN_KEYS)
+        type_name = self.require(raw, here, "type", str)
+        try:
+            ctype = ColumnType(type_name.lower())
+        except ValueError:
+            self.fail(here, "type", f"unknown type {type_name!r} (expected one of: "
+                                    f"{', '.join(t.value for t in ColumnType)})")
+        lower, upper = raw.get("lower"), raw.get("upper")
+        if (lower is None) != (upper is None):
+            self.fail(here, "lower" if lower is None else "upper", "declare both lower and upper, or neither")
+        if lower is not None:
+            if not ctype.numeric:
+                self.fail(here, "lower", f"bounds need a numeric type, but the column is {ctype.value}")
+            lower = self.number(raw, here, "lower", lo=-math.inf)
+            upper = self.number(raw, here, "upper", lo=-math.inf)
+            if lower > upper:
+                self.fail(here, "lower", f"lower ({lower:g}) is greater than upper ({upper:g})")
+            if max(abs(lower), abs(upper)) > 1e15:
+                self.fail(here, "upper", "bounds beyond 1e15 in magnitude are not supported")
+        values = raw.get("values")
+        if values is not None:
+            values = tuple(self.domain(here, ctype, values))
+        nullable = self.typed(raw.get("nullable", True), here, "nullable", bool)
+        return ColumnPolicy(name.lower(), ctype, lower, upper, values, nullable)
+
+    def domain(self, here: str, ctype: ColumnType, values: Any) -> list[Any]:
+        if not isinstance(values, list) or not values:
+            self.fail(here, "values", "expected a non-empty list of the public values")
+        if len(values) > _MAX_DOMAIN:
+            self.fail(here, "values", f"at most {_MAX_DOMAIN} public values")
+        expected = {ColumnType.INT: int, ColumnType.FLOAT: (int, float), ColumnType.TEXT: str,
+                    ColumnType.BOOL: bool}.get(ctype)
+        if expected is None:
+            self.fail(here, "values", f"public values are supported for int, float, text and bool, not {ctype.value}")
+        for value in values:
+            if not isinstance(value, expected) or (ctype is not ColumnType.BOOL and isinstance(value, bool)):
+                self.fail(here, "values", f"{value!r} is not a {ctype.value}")
+        if len(set(values)) != len(values):
+            self.fail(here, "values", "a value is listed twice")
+        return [float(v) if ctype is ColumnType.FLOAT else v for v in values]
+
+    def budget(self, raw: dict) -> BudgetPolicy:
+        where = "[budget]"
+        self.keys(raw, where, _BUDGET_KEYS)
+        epsilon = self.number(raw, where, "epsilon")
+        delta = self.number(raw, where, "delta", default=0.0, lo=0.0, lo_open=False, hi=0.1)
+        query_epsilon = self.number(raw, where, "query_epsilon", default=min(1.0, epsilon), hi=epsilon)
+        query_delta = self.number(raw, where, "query_delta", default=delta / 100, lo=0.0, lo_open=False, hi=delta)
+        if delta > 0 and query_delta == 0:
+            self.fail(where, "query_delta", "must be > 0 when the budget has a delta")
+        accounting = self.enum(raw, where, "accounting", Accounting, Accounting.PURE)
+        mechanism = self.enum(raw, where, "mechanism", MechanismKind, MechanismKind.LAPLACE)
+        if mechanism is MechanismKind.GAUSSIAN and accounting is not Accounting.ZCDP:
+            self.fail(where, "mechanism", "the Gaussian mechanism needs accounting = \"zcdp\"")
+        if accounting is Accounting.ZCDP and delta == 0:
+            self.fail(where, "delta", "zCDP accounting converts to (epsilon, delta): the budget needs delta > 0")
+        ledger = Path(raw.get("ledger") or f"{self.path.stem}.ledger.sqlite").expanduser()
+        if not ledger.is_absolute():
+            ledger = self.path.parent / ledger
+        analysts = {}
+        for analyst, spec in self.typed(raw.get("analysts", {}), where, "analysts", dict).items():
+            here = f"[budget.analysts.{analyst}]"
+            self.typed(spec, here, "", dict)
+            self.keys(spec, here, {"epsilon", "delta"})
+            analysts[analyst] = AnalystBudget(
+                self.number(spec, here, "epsilon", hi=epsilon),
+                self.number(spec, here, "delta", default=delta, lo=0.0, lo_open=False, hi=delta))
+        return BudgetPolicy(epsilon, delta, query_epsilon, query_delta, accounting, mechanism, ledger, analysts)
+
+    def enum(self, raw: dict, where: str, key: str, kind: type[StrEnum], default: StrEnum) -> Any:
+        value = raw.get(key, default.value)
+        try:
+            return kind(self.typed(value, where, key, str).lower())
+        except ValueError:
+            self.fail(where, key, f"unknown value {value!r} (expected one of: {', '.join(k.value for k in kind)})")
+
+
+def _format_of(pattern: str) -> str | None:
+    lowered = pattern.lower()
+    for suffix, kind in ((".csv", "csv"), (".csv.gz", "csv"), (".tsv", "csv"), (".parquet", "parquet"),
+                         (".duckdb", "duckdb"), (".db", "duckdb")):
+        if lowered.endswith(suffix):
+            return kind
+    return None

@@ -1,0 +1,118 @@
+"""Stage 7: the analyst's SELECT list, HAVING, ORDER BY and LIMIT, run over the noisy cells only.
+
+Post-processing of DP outputs is free, so arithmetic between aggregates, filters on noisy values, ordering and
+limits can use full SQL. It runs in its own sandboxed DuckDB that has never seen the private tables: the only
+table there is `__noisy`, so even a checker bug could not make this stage read raw rows.
+
+An output that is a monotone function of one aggregate (ROUND(AVG(x), 1), SUM(x) / 1000) gets its interval by
+evaluating the same expression at the aggregate's interval ends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+import numpy as np
+from sqlglot import exp
+
+from dpsql.check import AGG_PREFIX, KEY_PREFIX, NOISY_TABLE, OUT_PREFIX, AggregateKind, CheckedQuery
+from dpsql.errors import ProgrammingError
+from dpsql.parse import DIALECT
+from dpsql.release import ReleasedCells
+
+_INTEGER_KINDS = (AggregateKind.COUNT, AggregateKind.COUNT_UNITS)
+
+
+@dataclass(frozen=True)
+class FinalRows:
+    rows: list[tuple[Any, ...]]
+    intervals: list[tuple[tuple[float, float] | None, ...]]
+    stds: list[tuple[float | None, ...]]
+    types: list[str]  # DuckDB type of each output column
+
+
+class PostProcessor:
+    def __init__(self) -> None:
+        self._con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": "false",
+                                                       "autoload_known_extensions": "false"})
+        self._con.execute("SET enable_external_access = false")
+        self._con.execute("SET lock_configuration = true")
+
+    def run(self, query: CheckedQuery, key_types: list[str], cells: ReleasedCells) -> FinalRows:
+        self._con.register("__cells", _columns(query, cells))
+        casts = [f"CAST({KEY_PREFIX}{i} AS {t}) AS {KEY_PREFIX}{i}" for i, t in enumerate(key_types)]
+        for j, call in enumerate(query.aggregates):
+            kind = "BIGINT" if call.kind in _INTEGER_KINDS else "DOUBLE"
+            casts.append(f"CAST(round({AGG_PREFIX}{j}) AS BIGINT) AS {AGG_PREFIX}{j}" if kind == "BIGINT"
+                         else f"{AGG_PREFIX}{j}")
+            casts += [f"{AGG_PREFIX}{j}_{part}" for part in ("lo", "hi", "sd")]
+        try:
+            self._con.execute(f"CREATE OR REPLACE TABLE {NOISY_TABLE} AS SELECT {', '.join(casts)} FROM __cells")
+            cursor = self._con.execute(_with_intervals(query).sql(DIALECT))
+            rows = cursor.fetchall()
+            types = [str(d[1]) for d in cursor.description]
+        except duckdb.Error as exc:
+            raise ProgrammingError(f"post-processing the noisy answer failed: {str(exc).splitlines()[0]}") from None
+        finally:
+            self._con.unregister("__cells")
+        width = len(query.output_names)
+        return FinalRows(
+            rows=[row[:width] for row in rows],
+            intervals=[tuple(_pair(row, width, i) for i in range(width)) for row in rows],
+            stds=[tuple(row[width + 2 * width + i] for i in range(width)) for row in rows],
+            types=types[:width],
+        )
+
+    def close(self) -> None:
+        self._con.close()
+
+
+def _pair(row: tuple, width: int, i: int) -> tuple[float, float] | None:
+    low, high = row[width + 2 * i], row[width + 2 * i + 1]
+    return None if low is None or high is None else (float(low), float(high))
+
+
+def _columns(query: CheckedQuery, cells: ReleasedCells) -> dict[str, np.ndarray]:
+    columns: dict[str, np.ndarray] = {}
+    for i in range(len(query.keys)):
+        columns[f"{KEY_PREFIX}{i}"] = np.array([key[i] for key in cells.keys], dtype=object)
+    for j in range(len(query.aggregates)):
+        columns[f"{AGG_PREFIX}{j}"] = cells.values[:, j].astype(float)
+        columns[f"{AGG_PREFIX}{j}_lo"] = cells.lows[:, j].astype(float)
+        columns[f"{AGG_PREFIX}{j}_hi"] = cells.highs[:, j].astype(float)
+        columns[f"{AGG_PREFIX}{j}_sd"] = cells.stds[:, j].astype(float)
+    if not columns:
+        columns["__empty"] = np.zeros(len(cells.keys))
+    return columns
+
+
+def _with_intervals(query: CheckedQuery) -> exp.Select:
+    """The outer query, plus per output its interval ends (lo, hi pairs) and its noise std, in that order."""
+    outer = query.outer.copy()
+    ends, stds = [], []
+    for i, item in enumerate(query.outer.expressions):
+        expression = item.this
+        j = query.output_aggregate[i]
+        if j is None:
+            ends += [exp.alias_(exp.Null(), f"{OUT_PREFIX}{i}_lo"), exp.alias_(exp.Null(), f"{OUT_PREFIX}{i}_hi")]
+            stds.append(exp.alias_(exp.Null(), f"{OUT_PREFIX}{i}_sd"))
+            continue
+        at_low = _substitute(expression, f"{AGG_PREFIX}{j}", f"{AGG_PREFIX}{j}_lo")
+        at_high = _substitute(expression, f"{AGG_PREFIX}{j}", f"{AGG_PREFIX}{j}_hi")
+        ends.append(exp.alias_(exp.Least(this=at_low, expressions=[at_high.copy()], ignore_nulls=True),
+                               f"{OUT_PREFIX}{i}_lo"))
+        ends.append(exp.alias_(exp.Greatest(this=at_low.copy(), expressions=[at_high], ignore_nulls=True),
+                               f"{OUT_PREFIX}{i}_hi"))
+        bare = isinstance(expression, exp.Column) and expression.name == f"{AGG_PREFIX}{j}"
+        stds.append(exp.alias_(exp.column(f"{AGG_PREFIX}{j}_sd") if bare else exp.Null(), f"{OUT_PREFIX}{i}_sd"))
+    return outer.select(*ends, *stds, append=True)
+
+
+def _substitute(node: exp.Expression, name: str, replacement: str) -> exp.Expression:
+    def swap(part: exp.Expression) -> exp.Expression:
+        if isinstance(part, exp.Column) and part.name == name:
+            return exp.column(replacement)
+        return part
+    return node.copy().transform(swap, copy=False)

@@ -1,0 +1,141 @@
+"""Stage 6: add the noise, select the partitions, and compute each output with its 95% interval.
+
+Input: the exact integer measurements per group from the engine. Output: the released groups and, per group and
+aggregate, a value, a confidence interval and the noise's standard deviation. After `_add_noise` nothing touches
+the exact values again: everything below it is post-processing of the noisy integers.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dpsql.check import AggregateKind
+from dpsql.confidence import gaussian_sum_half_width, laplace_sum_half_width
+from dpsql.mechanisms import GaussianMechanism
+from dpsql.noise import RandomSource
+from dpsql.plan import Measurement, OutputRecipe, QueryPlan
+
+LEVEL = 0.95
+
+
+@dataclass(frozen=True)
+class ReleasedCells:
+    keys: list[tuple[Any, ...]]  # one tuple of group-key values per released group
+    values: np.ndarray  # groups x aggregates
+    lows: np.ndarray
+    highs: np.ndarray
+    stds: np.ndarray
+
+
+def release(plan: QueryPlan, rows: Sequence[tuple[Any, ...]], rng: RandomSource) -> ReleasedCells:
+    keys, exact = _cells(plan, rows)
+    noisy = _add_noise(plan.measurements, exact, rng)
+    if plan.selection is not None and keys:
+        kept = [i for i, count in enumerate(noisy[:, plan.selection.measurement]) if count >= plan.selection.threshold]
+        keys, noisy = [keys[i] for i in kept], noisy[kept]
+    columns = [_output(recipe, plan.measurements, noisy) for recipe in plan.recipes]
+    shape = (len(keys), len(columns))
+    stack = [np.array([c[k] for c in columns]).T.reshape(shape) for k in range(4)]
+    return ReleasedCells(keys, *stack)
+
+
+def _cells(plan: QueryPlan, rows: Sequence[tuple[Any, ...]]) -> tuple[list[tuple], np.ndarray]:
+    """The groups to consider, with their exact measurements: every public group (empty ones as zeros), or
+    the groups present in the data whose public parts are declared values."""
+    k, n = len(plan.query.keys), len(plan.measurements)
+    found = {tuple(row[:k]): [int(v) if v is not None else 0 for v in row[k:]] for row in rows}
+    if plan.domains is not None:
+        keys = list(itertools.product(*plan.domains))
+        exact = [found.get(key, [0] * n) for key in keys]
+    else:
+        domains = [set(key.domain) if key.domain is not None else None for key in plan.query.keys]
+        keys = [key for key in found if all(d is None or v in d for v, d in zip(key, domains, strict=True))]
+        exact = [found[key] for key in keys]
+    return keys, np.array(exact, dtype=object).reshape(len(keys), n)
+
+
+def _add_noise(measurements: Sequence[Measurement], exact: np.ndarray, rng: RandomSource) -> np.ndarray:
+    noisy = exact.copy()
+    for (cell, j), value in np.ndenumerate(exact):
+        noisy[cell, j] = value + measurements[j].mechanism.sample(rng)
+    return noisy
+
+
+def _output(recipe: OutputRecipe, measurements: Sequence[Measurement], noisy: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(value, low, high, std) arrays for one aggregate over all released groups."""
+    def real(index: int) -> np.ndarray:
+        return noisy[:, index].astype(float) * float(measurements[index].spec.step)
+
+    def scale(index: int) -> float:
+        m = measurements[index]
+        base = m.mechanism.scale if isinstance(m.mechanism, GaussianMechanism) else m.mechanism.continuous_scale
+        return float(base) * float(m.spec.step)
+
+    gaussian = isinstance(measurements[0].mechanism, GaussianMechanism)
+
+    def spread(terms: list[tuple[np.ndarray, int]]) -> tuple[np.ndarray, np.ndarray]:
+        """Half-width and std of sum_i coef_i * noise_i (coefficients per group)."""
+        scales = np.stack([np.abs(coef) * scale(i) for coef, i in terms], axis=1)
+        variance = sum(coef**2 * measurements[i].std ** 2 for coef, i in terms)
+        width = gaussian_sum_half_width(scales, LEVEL) if gaussian else laplace_sum_half_width(scales, LEVEL)
+        return width, np.sqrt(variance)
+
+    kind = recipe.call.kind
+    if kind in (AggregateKind.COUNT, AggregateKind.COUNT_UNITS) or (kind is AggregateKind.SUM
+                                                                    and recipe.count is None):
+        index = recipe.count if recipe.count is not None else recipe.total
+        value = real(index)
+        width = measurements[index].mechanism.half_width(LEVEL) * float(measurements[index].spec.step)
+        low, high = value - width, value + width
+        lower = 0.0 if kind is not AggregateKind.SUM else _sum_floor(recipe)
+        upper = math.inf if kind is not AggregateKind.SUM else _sum_ceiling(recipe)
+        return (*_clip(value, low, high, lower, upper), np.full(value.shape, measurements[index].std))
+    interval = recipe.point.interval
+    center = float(recipe.point.center * recipe.point.step)
+    count, total = real(recipe.count), real(recipe.total)
+    ones = np.ones_like(count)
+    if kind is AggregateKind.SUM:
+        value = total + center * count
+        width, std = spread([(ones, recipe.total), (ones * center, recipe.count)])
+        return (*_clip(value, value - width, value + width, _sum_floor(recipe), _sum_ceiling(recipe)), std)
+    n = np.maximum(count, 1.0)
+    mean = total / n  # the mean of the centered values
+    if kind is AggregateKind.AVG:
+        value = center + mean
+        width, std = spread([(1 / n, recipe.total), (-mean / n, recipe.count)])
+        return (*_clip(value, value - width, value + width, interval.lo, interval.hi), std)
+    square_point = measurements[recipe.squares].spec.square_point
+    squares = real(recipe.squares)
+    mean_square = squares / n + float(square_point.center * square_point.step)
+    variance = mean_square - mean**2
+    width, std = spread([(1 / n, recipe.squares), (-2 * mean / n, recipe.total),
+                         (-squares / n**2 + 2 * total**2 / n**3, recipe.count)])
+    ceiling = interval.half_width**2
+    value, low, high = _clip(variance, variance - width, variance + width, 0.0, ceiling)
+    if kind in (AggregateKind.VAR_SAMP, AggregateKind.STDDEV_SAMP):
+        correction = np.where(n > 1, n / np.maximum(n - 1, 1), 1.0)
+        value, low, high, std = value * correction, low * correction, high * correction, std * correction
+    if kind in (AggregateKind.STDDEV_SAMP, AggregateKind.STDDEV_POP):
+        root = np.sqrt(np.maximum(value, 0.0))
+        std = std / np.maximum(2 * root, 1e-300)
+        value, low, high = root, np.sqrt(low), np.sqrt(high)
+    return value, low, high, std
+
+
+def _clip(value: np.ndarray, low: np.ndarray, high: np.ndarray, lower: float, upper: float):
+    """Clamping to what the true answer can be is post-processing; the interval keeps its coverage."""
+    return np.clip(value, lower, upper), np.clip(low, lower, upper), np.clip(high, lower, upper)
+
+
+def _sum_floor(recipe: OutputRecipe) -> float:
+    return 0.0 if recipe.point.interval.lo >= 0 else -math.inf
+
+
+def _sum_ceiling(recipe: OutputRecipe) -> float:
+    return 0.0 if recipe.point.interval.hi <= 0 else math.inf

@@ -1,0 +1,265 @@
+"""Stage 4: the bounded SQL that runs on the private table, built as passes over a sqlglot tree.
+
+The SQL itself enforces everything the sensitivity analysis assumed:
+- at most m rows per privacy unit, chosen by a secret per-row hash, so the choice depends only on that unit's
+  own rows. The loader ranks each unit's rows once (`__dp_rank`); a query without a row filter keeps
+  `__dp_rank <= m`. A query with a filter caps *after* filtering (the filter is row-local, so this still
+  depends only on the unit's rows), ranking only the rows of units with more than m rows in all;
+- every bounded column clamped to its declared interval inside an aggregate, and every aggregated expression
+  clamped to its derived interval and held as a fixed-point integer (see fixedpoint.py), so sums are exact;
+- any analyst expression that could raise on some value wrapped in TRY(...), which makes it NULL instead: no
+  row can turn the query into an error.
+
+Each pass takes the tree and the plan and returns a new tree, in the manner of sqlglot's optimizer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from dpsql.check import KEY_PREFIX
+from dpsql.fixedpoint import clamp, double, null_preserving
+from dpsql.parse import DIALECT, literal
+from dpsql.plan import MeasurementKind, MeasurementSpec, QueryPlan
+from dpsql.vetting import may_fail
+
+MEASURE_PREFIX = "__m"
+UNIT = "__dp_unit"
+ROW_KEY = "__dp_key"
+RANK = "__dp_rank"
+UNIT_ROWS = "__dp_n"
+FILTERED = "__dp_filtered"
+BOUNDED = "__dp_bounded"
+
+
+def prepared_table(name: str) -> str:
+    """The loaded, ranked copy of a policy table that bounded queries read."""
+    return f"__dp_{name}"
+
+
+def schema_twin(name: str) -> str:
+    """An empty table with the prepared table's columns: queries are dry-run on it to catch type errors."""
+    return f"__dp_{name}__empty"
+
+
+def quantized_column(column: str) -> str:
+    """The loader's precomputed fixed-point integer of a bounded column (see fixedpoint.FixedPoint)."""
+    return f"__dp_q_{column}"
+
+
+@dataclass(frozen=True)
+class BoundedQuery:
+    sql: str  # runs on the prepared table
+    dry_run_sql: str  # the same query on the empty twin
+    key_count: int
+    measurement_count: int
+
+
+@dataclass(frozen=True)
+class _Context:
+    plan: QueryPlan
+    table: str  # the physical table to read
+    alias: str  # the alias the analyst's qualified expressions use
+    arguments: tuple[str, ...]  # the distinct aggregated expressions, in the order of their __v columns
+
+
+Pass = Callable[[exp.Select, _Context], exp.Select]
+
+
+VALUE_PREFIX = "__v"
+INTEGER_PREFIX = "__q"
+VALUES = "__dp_values"
+INTEGERS = "__dp_integers"
+
+
+def rewrite(plan: QueryPlan) -> BoundedQuery:
+    name = plan.query.table.name
+    return BoundedQuery(
+        sql=_build(plan, prepared_table(name)).sql(DIALECT),
+        dry_run_sql=_build(plan, schema_twin(name)).sql(DIALECT),
+        key_count=len(plan.query.keys),
+        measurement_count=len(plan.measurements),
+    )
+
+
+def pretty(plan: QueryPlan) -> str:
+    return _build(plan, prepared_table(plan.query.table.name)).sql(DIALECT, pretty=True)
+
+
+def _build(plan: QueryPlan, table: str) -> exp.Select:
+    context = _Context(plan, table, _alias(plan), _arguments(plan))
+    tree = exp.select("*").from_(exp.to_table(table).as_(context.alias))
+    for step in PASSES:
+        tree = step(tree, context)
+    return tree
+
+
+def _alias(plan: QueryPlan) -> str:
+    for node in [*(k.expression for k in plan.query.keys), *(m.spec.argument for m in plan.measurements),
+                 plan.query.where]:
+        if node is not None:
+            column = next(node.find_all(exp.Column), None)
+            if column is not None and column.table:
+                return column.table
+    return plan.query.table.name
+
+
+def _arguments(plan: QueryPlan) -> tuple[str, ...]:
+    """The distinct aggregated expressions, each projected once as __v<i>."""
+    seen: dict[str, None] = {}
+    for m in plan.measurements:
+        if m.spec.argument is not None:
+            seen.setdefault(m.spec.argument.sql(DIALECT))
+    return tuple(seen)
+
+
+def _guarded(node: exp.Expression) -> exp.Expression:
+    """The analyst's expression, made NULL instead of an error on any value that would make it fail."""
+    return exp.func("TRY", node.copy()) if may_fail(node) else exp.paren(node.copy())
+
+
+def filter_rows(tree: exp.Select, context: _Context) -> exp.Select:
+    where = context.plan.query.where
+    if where is None:
+        return tree
+    tree = tree.where(_guarded(where))
+    # Rows whose public key is outside its declared values are never released; with a filter anyway, drop
+    # them before the cap so that the cap is spent on rows that can count.
+    for key in context.plan.query.keys:
+        if key.domain is not None:
+            tree = tree.where(exp.In(this=_guarded(key.expression), expressions=[literal(v) for v in key.domain]))
+    return tree
+
+
+def cap_rows_per_unit(tree: exp.Select, context: _Context) -> exp.Select:
+    m = context.plan.max_rows
+    if context.plan.query.table.row_privacy:
+        return tree  # every row is its own unit: the cap of one row holds by construction
+    where = tree.args.get("where")
+    if where is None:
+        return tree.where(exp.column(RANK, context.alias) <= m)
+    filtered = exp.select("*").from_(exp.to_table(context.table).as_(context.alias)).where(where.this.copy())
+    small = exp.select("*").from_(FILTERED).where(exp.column(UNIT_ROWS) <= m)
+    rank = exp.Window(this=exp.RowNumber(), partition_by=[exp.column(UNIT)],
+                      order=exp.Order(expressions=[exp.Ordered(this=exp.column(ROW_KEY))]))
+    large = exp.select("*").from_(FILTERED).where(exp.column(UNIT_ROWS) > m).qualify(rank <= m)
+    capped = exp.select("*").from_(exp.to_table(BOUNDED).as_(context.alias))
+    return capped.with_(FILTERED, as_=filtered).with_(BOUNDED, as_=exp.union(small, large, distinct=False))
+
+
+def project_row_values(tree: exp.Select, context: _Context) -> exp.Select:
+    """One row per kept row: its group keys, each aggregated value, and the unit."""
+    keys = [exp.alias_(_guarded(k.expression), f"{KEY_PREFIX}{i}") for i, k in enumerate(context.plan.query.keys)]
+    values = [exp.alias_(_value(argument, context), f"{VALUE_PREFIX}{i}")
+              for i, argument in enumerate(_argument_nodes(context))]
+    unit = [exp.column(UNIT, context.alias)] if any(
+        m.spec.kind is MeasurementKind.UNITS for m in context.plan.measurements) else []
+    projection = [*keys, *values, *unit] or [exp.alias_(exp.Literal.number(1), "__dp_one")]
+    return tree.select(*projection, append=False)
+
+
+def project_fixed_point(tree: exp.Select, context: _Context) -> exp.Select:
+    """Each summed value as its clamped fixed-point integer __q<i> (already one for a bare bounded column)."""
+    points = {}
+    for m in context.plan.measurements:
+        if m.spec.kind in (MeasurementKind.SUM, MeasurementKind.SUMSQ):
+            points[context.arguments.index(m.spec.argument.sql(DIALECT))] = m.spec
+    passthrough = [exp.column(c.alias_or_name) for c in tree.expressions]
+    integers = []
+    for index, spec in sorted(points.items()):
+        value = exp.column(f"{VALUE_PREFIX}{index}")
+        integer = value if _precomputed(spec.argument, context) else spec.value_point.centered(value)
+        integers.append(exp.alias_(integer, f"{INTEGER_PREFIX}{index}"))
+    if not integers:
+        return tree
+    return exp.select(*passthrough, *integers).from_(tree.subquery(VALUES))
+
+
+def aggregate_measurements(tree: exp.Select, context: _Context) -> exp.Select:
+    keys = [exp.column(f"{KEY_PREFIX}{i}") for i in range(len(context.plan.query.keys))]
+    measures = [exp.alias_(_measurement(m.spec, context), f"{MEASURE_PREFIX}{i}")
+                for i, m in enumerate(context.plan.measurements)]
+    outer = exp.select(*keys, *measures).from_(tree.subquery(INTEGERS))
+    return outer.group_by(*[k.copy() for k in keys]) if keys else outer
+
+
+PASSES: tuple[Pass, ...] = (
+    filter_rows,
+    cap_rows_per_unit,
+    project_row_values,
+    project_fixed_point,
+    aggregate_measurements,
+)
+
+
+def _argument_nodes(context: _Context) -> list[exp.Expression]:
+    nodes = {m.spec.argument.sql(DIALECT): m.spec.argument for m in context.plan.measurements
+             if m.spec.argument is not None}
+    return [nodes[text] for text in context.arguments]
+
+
+def _value_column(spec: MeasurementSpec, context: _Context, prefix: str = VALUE_PREFIX) -> exp.Column:
+    return exp.column(f"{prefix}{context.arguments.index(spec.argument.sql(DIALECT))}")
+
+
+def _measurement(spec: MeasurementSpec, context: _Context) -> exp.Expression:
+    if spec.kind is MeasurementKind.UNITS:
+        return exp.Count(this=exp.Distinct(expressions=[exp.column(UNIT)]))
+    if spec.kind is MeasurementKind.ROWS:
+        if spec.argument is None:
+            return exp.Count(this=exp.Star())
+        return exp.Count(this=_value_column(spec, context))
+    value = _value_column(spec, context)
+    centered = _value_column(spec, context, INTEGER_PREFIX)
+    if spec.kind is MeasurementKind.SUMSQ:
+        real = exp.Mul(this=exp.cast(centered, "DOUBLE"), expression=double(float(spec.value_point.step)))
+        return exp.Sum(this=spec.square_point.centered(exp.Pow(this=exp.paren(real), expression=exp.Literal.number(2))))
+    total = exp.Sum(this=centered)
+    if not spec.plain:
+        return total
+    # The uncentered sum, exactly: add center * count back in 128-bit integers.
+    shift = exp.Mul(this=exp.cast(exp.Literal.number(spec.value_point.center), "HUGEINT"),
+                    expression=exp.Count(this=value.copy()))
+    return exp.Add(this=total, expression=shift)
+
+
+def _precomputed(argument: exp.Expression, context: _Context) -> str | None:
+    """The loader's fixed-point column for a bare bounded column, if that is what is aggregated."""
+    column = argument.unnest() if isinstance(argument, exp.Paren) else argument
+    if not isinstance(column, exp.Column):
+        return None
+    policy = context.plan.query.table.columns.get(column.name)
+    return quantized_column(policy.name) if policy is not None and policy.bounded else None
+
+
+def _value(argument: exp.Expression, context: _Context) -> exp.Expression:
+    """The aggregated value of one row: bounded columns clamped, failures made NULL, booleans made 0/1.
+
+    For a bare bounded column this is the loader's precomputed fixed-point integer instead (the same
+    fixed_point of the declared interval that the plan used), so the common case costs one integer sum.
+    """
+    precomputed = _precomputed(argument, context)
+    if precomputed is not None:
+        return exp.column(precomputed, context.alias)
+    columns = context.plan.query.table.columns
+
+    def clamp_column(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Column) and node.name in columns and columns[node.name].bounded:
+            return null_preserving(node, clamp(node, columns[node.name].interval))
+        return node
+
+    value = argument.copy().transform(clamp_column, copy=False)
+    value = exp.func("TRY", value) if may_fail(argument) else value
+    if _is_boolean(argument, columns):
+        value = exp.cast(value, "INTEGER")
+    return value
+
+
+def _is_boolean(node: exp.Expression, columns: dict) -> bool:
+    node = node.unnest() if isinstance(node, exp.Paren) else node
+    if isinstance(node, exp.Predicate | exp.Connector | exp.Not):
+        return True
+    return isinstance(node, exp.Column) and node.name in columns and columns[node.name].type.value == "bool"

@@ -1,0 +1,136 @@
+"""The pipeline, stage after stage: parse, check, plan, rewrite, dry-run, charge, execute, noise, post-process.
+
+The order is the privacy argument. Everything up to the dry run reads only the SQL, the policy and the schema,
+so a rejection costs nothing and says nothing about the data. The charge is committed to the ledger before the
+data is touched, so no answer (and no failure that could depend on the data) is ever released unpaid.
+"""
+
+from __future__ import annotations
+
+import getpass
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from sqlglot import exp
+
+from dpsql.check import AGG_PREFIX, check
+from dpsql.engine import Engine
+from dpsql.errors import DataError, ProgrammingError
+from dpsql.ledger import BudgetLedger, Charge, Spending, exact
+from dpsql.noise import RandomSource, SecureRandom
+from dpsql.parse import parse
+from dpsql.plan import Budget, Cost, QueryPlan, plan
+from dpsql.policy import MechanismKind, Policy, load_policy
+from dpsql.postprocess import PostProcessor
+from dpsql.release import release
+from dpsql.rewrite import BoundedQuery, rewrite
+
+
+@dataclass(frozen=True)
+class OutputColumn:
+    name: str
+    type: str  # the DuckDB type of the released column
+    noisy: bool  # whether it depends on a noisy aggregate
+
+
+@dataclass(frozen=True)
+class PrivateResult:
+    columns: tuple[OutputColumn, ...]
+    rows: list[tuple[Any, ...]]
+    intervals: list[tuple[tuple[float, float] | None, ...]]  # per row and column: the 95% interval, if any
+    noise_std: list[tuple[float | None, ...]]  # per row and column: the noise's standard deviation, if any
+    cost: Cost
+    spending: Spending  # the analyst's budget after this query
+    plan: QueryPlan
+
+
+@dataclass(frozen=True)
+class PreparedQuery:
+    plan: QueryPlan
+    bounded: BoundedQuery
+    key_types: list[str]
+
+
+class PrivateSession:
+    """One analyst's access to the tables of one policy. Not thread-safe: use one per thread."""
+
+    def __init__(self, policy: Policy | str | Path, analyst: str | None = None, *,
+                 epsilon: float | None = None, rng: RandomSource | None = None,
+                 bounding_seed: int | None = None, threads: int | None = None) -> None:
+        self.policy = policy if isinstance(policy, Policy) else load_policy(policy)
+        self.analyst = analyst or _default_analyst()
+        self.default_epsilon = epsilon
+        self.rng = rng if rng is not None else SecureRandom()
+        self.ledger = BudgetLedger(self.policy.budget.ledger, self.policy.budget)
+        self.engine = Engine(self.policy, bounding_seed=bounding_seed, threads=threads)
+        self.post = PostProcessor()
+
+    def prepare(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None, *,
+                epsilon: float | None = None) -> PreparedQuery:
+        """Everything short of touching the data: costs nothing."""
+        query = check(parse(sql, parameters), self.policy)
+        query_plan = plan(query, self._budget(epsilon))
+        bounded = rewrite(query_plan)
+        types = self.engine.dry_run(bounded.dry_run_sql)
+        return PreparedQuery(query_plan, bounded, types[:bounded.key_count])
+
+    def execute(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None, *,
+                epsilon: float | None = None) -> PrivateResult:
+        prepared = self.prepare(sql, parameters, epsilon=epsilon)
+        query_plan = prepared.plan
+        spending = self.ledger.charge(self.analyst, query_plan.cost, sql)
+        rows = self.engine.run(prepared.bounded.sql)
+        cells = release(query_plan, rows, self.rng)
+        final = self.post.run(query_plan.query, prepared.key_types, cells)
+        noisy = [_uses_aggregate(e.this) for e in query_plan.query.outer.expressions]
+        columns = tuple(OutputColumn(name, kind, flag) for name, kind, flag in
+                        zip(query_plan.query.output_names, final.types, noisy, strict=True))
+        return PrivateResult(columns, final.rows, final.intervals, final.stds, query_plan.cost, spending, query_plan)
+
+    def spending(self, analyst: str | None = None) -> Spending:
+        return self.ledger.spending(analyst)
+
+    def history(self, analyst: str | None = None) -> list[Charge]:
+        return self.ledger.history(analyst)
+
+    def close(self) -> None:
+        self.engine.close()
+        self.post.close()
+
+    def _budget(self, epsilon: float | None) -> Budget:
+        budget = self.policy.budget
+        chosen = epsilon if epsilon is not None else self.default_epsilon
+        value = _epsilon(chosen if chosen is not None else budget.query_epsilon)
+        if value > exact(budget.epsilon):
+            raise ProgrammingError(f"epsilon {float(value):g} is more than the whole budget ({budget.epsilon:g})")
+        return Budget(value, exact(budget.query_delta), budget.accounting, budget.mechanism)
+
+
+def _epsilon(value: Any) -> Fraction:
+    if isinstance(value, bool) or not isinstance(value, int | float | str | Fraction):
+        raise DataError(f"epsilon must be a number, got {type(value).__name__}")
+    try:
+        number = float(value)
+    except ValueError:
+        raise DataError(f"epsilon must be a number, got {value!r}") from None
+    if not math.isfinite(number) or number <= 0:
+        raise DataError(f"epsilon must be a finite number > 0, got {value!r}")
+    return exact(value)
+
+
+def _uses_aggregate(node: exp.Expression) -> bool:
+    return any(c.name.startswith(AGG_PREFIX) for c in node.find_all(exp.Column))
+
+
+def _default_analyst() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "analyst"
+
+
+__all__ = ["MechanismKind", "OutputColumn", "PreparedQuery", "PrivateResult", "PrivateSession"]

@@ -1,0 +1,102 @@
+"""Which SQL an analyst may write inside a row expression (WHERE, GROUP BY, an aggregate's argument).
+
+An allowlist, not a denylist: a node type that is not listed here is refused, whatever sqlglot learns to parse
+next. Everything listed is deterministic and reads nothing but the current row; anything that could fail on
+some values (a cast, an overflow) is made NULL-on-error by the rewrite (`TRY`), so no row can turn a query into
+an error that depends on the data.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dpsql.errors import QueryRejected
+
+# Structure that appears inside vetted expressions.
+_STRUCTURE: tuple[type[exp.Expression], ...] = (
+    exp.Column, exp.Identifier, exp.Literal, exp.Boolean, exp.Null, exp.Paren, exp.DataType, exp.DataTypeParam,
+    exp.Var, exp.Interval, exp.Tuple,
+)
+_LOGIC = (exp.And, exp.Or, exp.Not, exp.Xor)
+_COMPARISON = (
+    exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Is, exp.In,
+    exp.Between, exp.Like, exp.ILike, exp.Escape,
+)
+_ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod, exp.Neg, exp.Pow)
+_CONDITIONAL = (exp.Case, exp.If, exp.Coalesce, exp.Nullif, exp.Least, exp.Greatest)
+_MATH = (exp.Abs, exp.Sign, exp.Round, exp.Floor, exp.Ceil, exp.Sqrt, exp.Ln, exp.Exp)
+_TEXT = (
+    exp.Lower, exp.Upper, exp.Length, exp.Substring, exp.Trim, exp.Concat, exp.DPipe, exp.StartsWith, exp.Left,
+    exp.Right, exp.Replace, exp.StrPosition,
+)
+_TIME = (
+    exp.Year, exp.Month, exp.Day, exp.DayOfWeek, exp.DayOfYear, exp.Quarter, exp.Week, exp.Extract,
+    exp.TimestampTrunc, exp.DateTrunc,
+)
+_CASTS = (exp.Cast, exp.TryCast)
+
+ROW_NODES = frozenset(_STRUCTURE + _LOGIC + _COMPARISON + _ARITHMETIC + _CONDITIONAL + _MATH + _TEXT + _TIME
+                      + _CASTS)
+
+# Nodes that cannot raise on any row value, so they need no TRY(...) around them in the rewrite.
+NEVER_FAILS = frozenset(_STRUCTURE + _LOGIC + _COMPARISON + (exp.Case, exp.If, exp.Coalesce, exp.Nullif,
+                                                             exp.Least, exp.Greatest, exp.Lower, exp.Upper))
+
+_CAST_TARGETS = (
+    *exp.DataType.NUMERIC_TYPES, *exp.DataType.TEXT_TYPES, exp.DataType.Type.BOOLEAN, exp.DataType.Type.DATE,
+    exp.DataType.Type.TIMESTAMP,
+)
+
+_VOLATILE = (exp.Rand, exp.CurrentDate, exp.CurrentTimestamp, exp.CurrentTime, exp.CurrentUser)
+
+
+def describe(node: exp.Expression) -> str:
+    """A short name for a node in an error message: the function name the analyst typed where there is one."""
+    if isinstance(node, exp.Anonymous):
+        return f"function {node.name.lower()}()"
+    if isinstance(node, exp.Func):
+        return f"function {node.sql_name().lower()}()"
+    return type(node).__name__.lower()
+
+
+def vet_row_expression(node: exp.Expression, context: str) -> None:
+    """Refuse `node` unless every part of it is a vetted, deterministic, row-local construct."""
+    for part in node.walk():
+        if isinstance(part, exp.AggFunc):
+            raise QueryRejected(f"{context}: aggregate {part.sql('duckdb')} is not allowed here")
+        if isinstance(part, exp.Subquery | exp.Select | exp.Query):
+            raise QueryRejected(f"{context}: subqueries are not supported")
+        if isinstance(part, exp.Window):
+            raise QueryRejected(f"{context}: window functions are not supported")
+        if isinstance(part, _VOLATILE):
+            raise QueryRejected(f"{context}: {describe(part)} is not allowed: its value changes from run to run, "
+                                "so answers would depend on when they were asked")
+        if isinstance(part, exp.Placeholder | exp.Parameter):
+            raise QueryRejected(f"{context}: parameter {part.sql('duckdb')} has no value bound to it")
+        if type(part) not in ROW_NODES:
+            raise QueryRejected(f"{context}: {describe(part)} is not in the list of vetted SQL functions "
+                                f"(in {node.sql('duckdb')})")
+        _vet_arguments(part, context)
+
+
+def _vet_arguments(part: exp.Expression, context: str) -> None:
+    if isinstance(part, exp.In) and any(part.args.get(k) for k in ("query", "unnest", "field")):
+        raise QueryRejected(f"{context}: IN takes a list of values here, not a subquery or UNNEST")
+    if isinstance(part, _CASTS) and not part.to.is_type(*_CAST_TARGETS):
+        raise QueryRejected(f"{context}: cannot cast to {part.to.sql('duckdb')} (numbers, text, boolean, date "
+                            "and timestamp are allowed)")
+    if isinstance(part, exp.Like | exp.ILike) and not _is_literal(part.expression):
+        raise QueryRejected(f"{context}: the pattern of LIKE must be a literal string")
+    if isinstance(part, exp.TimestampTrunc | exp.DateTrunc | exp.Extract):
+        unit = part.args.get("unit") if not isinstance(part, exp.Extract) else part.this
+        if unit is not None and not isinstance(unit, exp.Var | exp.Literal):
+            raise QueryRejected(f"{context}: the date part of {part.sql('duckdb')} must be a literal")
+
+
+def _is_literal(node: exp.Expression | None) -> bool:
+    return isinstance(node, exp.Literal) or (isinstance(node, exp.Escape) and isinstance(node.this, exp.Literal))
+
+
+def may_fail(node: exp.Expression) -> bool:
+    """Whether evaluating `node` on some row value could raise an engine error (so the rewrite wraps it)."""
+    return any(type(part) not in NEVER_FAILS for part in node.walk())
