@@ -44,6 +44,10 @@ class Unbounded(Exception):
 
 
 _BOOLEAN = Interval(0.0, 1.0)
+
+
+def _text(node: exp.Expression) -> str:
+    return node.copy().transform(lambda n: exp.column(n.name) if isinstance(n, exp.Column) else n).sql("duckdb")
 _MAX_MAGNITUDE = 1e15
 
 
@@ -52,7 +56,7 @@ def interval_of(node: exp.Expression, columns: dict[str, ColumnPolicy]) -> Inter
     result = _interval(node, columns)
     if not (math.isfinite(result.lo) and math.isfinite(result.hi)) or \
             max(abs(result.lo), abs(result.hi)) > _MAX_MAGNITUDE:
-        raise Unbounded(f"the value of {node.sql('duckdb')} may reach {result.lo:g}..{result.hi:g}, beyond "
+        raise Unbounded(f"the value of {_text(node)} may reach {result.lo:g}..{result.hi:g}, beyond "
                         f"what can be summed exactly (1e15)")
     return result
 
@@ -63,7 +67,7 @@ def _interval(node: exp.Expression, columns: dict[str, ColumnPolicy]) -> Interva
         return rule(node, columns)
     if isinstance(node, exp.Predicate | exp.Connector | exp.Not):
         return _BOOLEAN  # comparisons and logic are 0/1 when summed
-    raise Unbounded(f"cannot bound {node.sql('duckdb')}: {type(node).__name__.lower()} has no interval rule")
+    raise Unbounded(f"cannot bound {_text(node)}: {type(node).__name__.lower()} has no interval rule")
 
 
 def _column(node: exp.Column, columns: dict[str, ColumnPolicy]) -> Interval:
@@ -77,7 +81,7 @@ def _column(node: exp.Column, columns: dict[str, ColumnPolicy]) -> Interval:
 
 def _literal(node: exp.Literal, _: dict) -> Interval:
     if node.is_string:
-        raise Unbounded(f"cannot sum the text literal {node.sql('duckdb')}")
+        raise Unbounded(f"cannot sum the text literal {_text(node)}")
     value = float(node.this)
     return Interval(value, value)
 
@@ -95,7 +99,7 @@ def _binary(op: Callable[[Interval, Interval, exp.Expression], Interval]):
 
 def _divide(a: Interval, b: Interval, node: exp.Expression) -> Interval:
     if b.contains_zero():
-        raise Unbounded(f"cannot bound {node.sql('duckdb')}: the divisor {node.right.sql('duckdb')} may be 0 "
+        raise Unbounded(f"cannot bound {_text(node)}: the divisor {_text(node.right)} may be 0 "
                         f"(its bounds are {b.lo:g}..{b.hi:g})")
     return _products(a, b, lambda x, y: x / y)
 
@@ -108,7 +112,7 @@ def _int_divide(a: Interval, b: Interval, node: exp.Expression) -> Interval:
 def _modulo(a: Interval, b: Interval, node: exp.Expression) -> Interval:
     limit = max(abs(b.lo), abs(b.hi))
     if b.contains_zero():
-        raise Unbounded(f"cannot bound {node.sql('duckdb')}: the divisor may be 0")
+        raise Unbounded(f"cannot bound {_text(node)}: the divisor may be 0")
     lo = 0.0 if a.lo >= 0 else -min(limit, abs(a.lo))
     hi = 0.0 if a.hi <= 0 else min(limit, a.hi)
     return Interval(lo, hi)
@@ -119,7 +123,7 @@ def _power(node: exp.Pow, columns: dict) -> Interval:
     exponent = node.expression
     if not (isinstance(exponent, exp.Literal) and not exponent.is_string and float(exponent.this).is_integer()
             and 0 <= float(exponent.this) <= 8):
-        raise Unbounded(f"cannot bound {node.sql('duckdb')}: only whole exponents from 0 to 8 are supported")
+        raise Unbounded(f"cannot bound {_text(node)}: only whole exponents from 0 to 8 are supported")
     n = int(float(exponent.this))
     ends = [base.lo**n, base.hi**n]
     lo = 0.0 if n % 2 == 0 and base.contains_zero() else min(ends)
@@ -131,12 +135,12 @@ def _monotone(fn: Callable[[float], float], domain_lo: float = -math.inf, strict
     def rule(node: exp.Expression, columns: dict) -> Interval:
         inner = _interval(node.this, columns)
         if inner.lo < domain_lo or (strict and inner.lo == domain_lo):
-            raise Unbounded(f"cannot bound {node.sql('duckdb')}: its argument may be "
+            raise Unbounded(f"cannot bound {_text(node)}: its argument may be "
                             f"{'<=' if strict else '<'} {domain_lo:g} (bounds {inner.lo:g}..{inner.hi:g})")
         try:
             return Interval(fn(inner.lo), fn(inner.hi))
         except OverflowError:
-            raise Unbounded(f"cannot bound {node.sql('duckdb')}: it overflows") from None
+            raise Unbounded(f"cannot bound {_text(node)}: it overflows") from None
     return rule
 
 
@@ -151,7 +155,7 @@ def _round(node: exp.Expression, columns: dict) -> Interval:
     elif isinstance(decimals, exp.Neg) and isinstance(decimals.this, exp.Literal):
         step = 10.0 ** int(float(decimals.this.this))
     else:
-        raise Unbounded(f"cannot bound {node.sql('duckdb')}: the number of decimals must be a whole literal")
+        raise Unbounded(f"cannot bound {_text(node)}: the number of decimals must be a whole literal")
     return Interval(math.floor(inner.lo / step) * step, math.ceil(inner.hi / step) * step)
 
 
@@ -196,7 +200,7 @@ def _sign(node: exp.Sign, columns: dict) -> Interval:
 
 def _cast(node: exp.Cast, columns: dict) -> Interval:
     if not node.to.is_type(*exp.DataType.NUMERIC_TYPES, exp.DataType.Type.BOOLEAN):
-        raise Unbounded(f"cannot bound {node.sql('duckdb')}: only casts to numbers can be summed")
+        raise Unbounded(f"cannot bound {_text(node)}: only casts to numbers can be summed")
     inner = _interval(node.this, columns)
     if node.to.is_type(*exp.DataType.INTEGER_TYPES):
         return Interval(math.floor(inner.lo), math.ceil(inner.hi))

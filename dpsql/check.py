@@ -86,6 +86,15 @@ class CheckedQuery:
     output_aggregate: tuple[int | None, ...]  # per output, the one aggregate it is a monotone function of
 
 
+def readable(node: exp.Expression) -> str:
+    """SQL as the analyst would write it: without the table qualifiers and quotes that qualify() adds."""
+    def plain(part: exp.Expression) -> exp.Expression:
+        if isinstance(part, exp.Column):
+            return exp.column(part.name)
+        return part
+    return node.copy().transform(plain, copy=False).sql(DIALECT)
+
+
 _SELECT_CLAUSES = {"expressions", "from_", "where", "group", "having", "order", "limit", "offset"}
 
 
@@ -187,7 +196,7 @@ def _group_expressions(tree: exp.Select) -> list[exp.Expression]:
 
 
 def _group_key(expression: exp.Expression, table: TablePolicy) -> GroupKey:
-    text = expression.sql(DIALECT)
+    text = readable(expression)
     vet_row_expression(expression, f"GROUP BY {text}")
     columns = {c.name for c in expression.find_all(exp.Column)}
     if table.privacy_unit in columns:
@@ -231,7 +240,7 @@ def _outer_query(tree: exp.Select, table: TablePolicy, keys: tuple[GroupKey, ...
     select_items = []
     for i, item in enumerate(tree.expressions):
         inner = item.this if isinstance(item, exp.Alias) else item
-        replaced = _replace_private(inner, table, key_index, aggregates, f"SELECT {inner.sql(DIALECT)}")
+        replaced = _replace_private(inner, table, key_index, aggregates, f"SELECT {readable(inner)}")
         select_items.append(exp.alias_(replaced, f"{OUT_PREFIX}{i}"))
     outer = exp.select(*select_items).from_(NOISY_TABLE)
     having = tree.args.get("having")
@@ -292,7 +301,7 @@ def _replace_private(node: exp.Expression, table: TablePolicy, key_index: dict[s
 
 
 def _aggregate(node: exp.Expression, table: TablePolicy, context: str) -> AggregateCall:
-    text = node.sql(DIALECT)
+    text = readable(node)
     if isinstance(node, exp.Filter):
         raise QueryRejected(f"{text}: FILTER (WHERE ...) is not supported; put the condition in a CASE inside "
                             "the aggregate or in the WHERE clause")

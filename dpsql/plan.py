@@ -22,7 +22,7 @@ from sqlglot import exp
 
 from dpsql.allocation import objective, split
 from dpsql.bounds import Interval
-from dpsql.check import AggregateCall, AggregateKind, CheckedQuery
+from dpsql.check import AggregateCall, AggregateKind, CheckedQuery, readable
 from dpsql.errors import QueryRejected
 from dpsql.fixedpoint import FixedPoint, fixed_point
 from dpsql.mechanisms import GaussianMechanism, LaplaceMechanism, Mechanism
@@ -55,7 +55,7 @@ class MeasurementSpec:
 
     @property
     def label(self) -> str:
-        arg = self.argument.sql(DIALECT) if self.argument is not None else None
+        arg = readable(self.argument) if self.argument is not None else None
         if self.kind is MeasurementKind.ROWS:
             return f"COUNT({arg or '*'})"
         if self.kind is MeasurementKind.UNITS:

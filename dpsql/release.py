@@ -123,7 +123,9 @@ def _output(recipe: OutputRecipe, measurements: Sequence[Measurement], noisy: np
         value, low, high, std = value * correction, low * correction, high * correction, std * correction
     if kind in (AggregateKind.STDDEV_SAMP, AggregateKind.STDDEV_POP):
         root = np.sqrt(np.maximum(value, 0.0))
-        std = std / np.maximum(2 * root, 1e-300)
+        # d sqrt(v) = dv / (2 sqrt(v)) away from 0; near 0 the spread of sqrt is at most sqrt of the spread.
+        with np.errstate(divide="ignore", over="ignore"):
+            std = np.minimum(np.where(root > 0, std / (2 * root), np.inf), np.sqrt(std))
         value, low, high = root, np.sqrt(low), np.sqrt(high)
     return value, low, high, std
 

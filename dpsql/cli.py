@@ -1,0 +1,198 @@
+"""The `dpsql` command line. Errors are one line on stderr and an exit code, never a traceback.
+
+Exit codes: 0 answered; 1 a broken policy, ledger or engine failure; 2 a query that cannot be answered (malformed,
+rejected, bad parameters); 3 a query refused for lack of budget; 70 an internal error (a bug: please report).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from dpsql.errors import BudgetExhausted, DataError, Error, InterfaceError, ProgrammingError
+from dpsql.explain import explain
+from dpsql.format import FORMATS, render, summary
+from dpsql.ledger import BudgetLedger
+from dpsql.policy import load_policy
+from dpsql.session import PrivateSession
+from dpsql.skeleton import skeleton
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"dpsql: {message}", err=True)
+    sys.exit(code)
+
+
+def _errors_as_messages(command: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except BudgetExhausted as exc:
+            _fail(str(exc), 3)
+        except (ProgrammingError, DataError, InterfaceError) as exc:
+            _fail(f"error: {exc}", 2)
+        except Error as exc:
+            code = 2 if type(exc).__name__ == "QueryRejected" else 1
+            _fail(f"{'rejected' if code == 2 else 'error'}: {exc}", code)
+        except KeyboardInterrupt:
+            _fail("interrupted", 130)
+        except Exception as exc:  # a bug: say so in one line unless asked for the traceback
+            if os.environ.get("DPSQL_DEBUG"):
+                raise
+            _fail(f"internal error ({type(exc).__name__}: {exc}); set DPSQL_DEBUG=1 for details", 70)
+    return wrapper
+
+
+_policy_option = click.option("--policy", "policy", envvar="DPSQL_POLICY", required=True,
+                              type=click.Path(dir_okay=False, path_type=Path),
+                              help="The steward's policy file (or $DPSQL_POLICY).")
+_analyst_option = click.option("--analyst", envvar="DPSQL_ANALYST", default=None,
+                               help="Whose budget to spend (default: the login name, or $DPSQL_ANALYST).")
+_epsilon_option = click.option("--epsilon", type=str, default=None,
+                               help="The privacy cost of this query (default: the policy's query_epsilon).")
+_param_option = click.option("--param", "-p", "params", multiple=True,
+                             help="A query parameter: VALUE for ? placeholders (in order), NAME=VALUE for :name.")
+
+
+def _parameters(params: tuple[str, ...]) -> list[Any] | dict[str, Any] | None:
+    if not params:
+        return None
+    named = [p for p in params if "=" in p and p.split("=", 1)[0].isidentifier()]
+    if named and len(named) != len(params):
+        raise ProgrammingError("give all parameters as NAME=VALUE or none of them")
+    if named:
+        return {p.split("=", 1)[0]: _value(p.split("=", 1)[1]) for p in params}
+    return [_value(p) for p in params]
+
+
+def _value(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="dpsql")
+def main() -> None:
+    """Ask ordinary SQL of sensitive tables and get differentially private answers with error bars."""
+
+
+@main.command()
+@click.argument("sql")
+@_policy_option
+@_epsilon_option
+@_analyst_option
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option("--ci", is_flag=True, help="Show each noisy value's 95% confidence interval.")
+@_param_option
+@_errors_as_messages
+def query(sql: str, policy: Path, epsilon: str | None, analyst: str | None, fmt: str, ci: bool,
+          params: tuple[str, ...]) -> None:
+    """Run SQL privately: charge the budget, add calibrated noise, print the answer."""
+    session = PrivateSession(policy, analyst)
+    try:
+        result = session.execute(sql, _parameters(params), epsilon=epsilon)
+        click.echo(render(result, fmt, ci))
+        click.echo(summary(result, session.analyst), err=True)
+    finally:
+        session.close()
+
+
+@main.command(name="explain")
+@click.argument("sql")
+@_policy_option
+@_epsilon_option
+@_param_option
+@_errors_as_messages
+def explain_command(sql: str, policy: Path, epsilon: str | None, params: tuple[str, ...]) -> None:
+    """Show the rewritten SQL, each cell's mechanism, noise and interval, and the cost. Spends nothing."""
+    session = PrivateSession(policy)
+    try:
+        click.echo(explain(session.prepare(sql, _parameters(params), epsilon=epsilon).plan))
+    finally:
+        session.close()
+
+
+@main.command()
+@_policy_option
+@_analyst_option
+@click.option("--history/--no-history", default=True, show_default=True, help="List every charge.")
+@_errors_as_messages
+def budget(policy: Path, analyst: str | None, history: bool) -> None:
+    """Show the total budget, what is spent and what remains, and the history of charges."""
+    loaded = load_policy(policy)
+    ledger = BudgetLedger(loaded.budget.ledger, loaded.budget)
+    total = ledger.spending()
+    click.echo(f"ledger: {loaded.budget.ledger}  (accounting: {total.accounting.value})")
+    click.echo(f"total:     epsilon {total.epsilon_spent:g} spent of {total.epsilon_total:g}, "
+               f"{total.epsilon_remaining:g} left; delta {total.delta_spent:g} of {total.delta_total:g}; "
+               f"{total.queries} queries")
+    analysts = sorted({c.analyst for c in ledger.history()} | ({analyst} if analyst else set()))
+    for name in analysts if analyst is None else [analyst]:
+        mine = ledger.spending(name)
+        click.echo(f"{name}: epsilon {mine.epsilon_spent:g} spent of {mine.epsilon_total:g}, "
+                   f"{mine.epsilon_remaining:g} left; {mine.queries} queries")
+    if history:
+        click.echo("history:")
+        for charge in ledger.history(analyst):
+            click.echo(f"  #{charge.id}  {charge.at}  {charge.analyst}  epsilon {float(charge.epsilon):g}  "
+                       f"delta {float(charge.delta):g}  {' '.join(charge.query.split())}")
+
+
+@main.command()
+@click.argument("data_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--table", default=None, help="The table name (default: from the file name).")
+@click.option("--unit", default=None, help="The column that identifies a person.")
+@click.option("--row-privacy", is_flag=True, help="Every row belongs to a different person.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the skeleton here instead of printing it.")
+@_errors_as_messages
+def init(data_file: Path, table: str | None, unit: str | None, row_privacy: bool, output: Path | None) -> None:
+    """Write a policy skeleton from a CSV or Parquet file's schema (names and types only)."""
+    if unit and row_privacy:
+        raise ProgrammingError("choose --unit or --row-privacy, not both")
+    text = skeleton(data_file, table, unit, row_privacy, output.parent if output else Path.cwd())
+    if output is None:
+        click.echo(text, nl=False)
+    elif output.exists():
+        raise ProgrammingError(f"{output} exists already; not overwriting it")
+    else:
+        output.write_text(text)
+        click.echo(f"wrote {output}: fill in its TODOs, then run: dpsql policy check {output}", err=True)
+
+
+@main.group()
+def policy() -> None:
+    """Work with policy files."""
+
+
+@policy.command()
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@_errors_as_messages
+def check(file: Path) -> None:
+    """Check a policy and load its tables: every problem is named with its table and key."""
+    from dpsql.engine import Engine
+
+    loaded = load_policy(file)
+    Engine(loaded).close()
+    BudgetLedger(loaded.budget.ledger, loaded.budget)
+    for table in loaded.tables.values():
+        bounded = [c.name for c in table.columns.values() if c.bounded]
+        public = [c.name for c in table.columns.values() if c.values is not None]
+        unit = "row privacy" if table.row_privacy else f"unit {table.privacy_unit}"
+        click.echo(f"table {table.name}: {len(table.columns)} columns, {unit}, at most {table.bound.max_rows} "
+                   f"rows per unit; bounded: {', '.join(bounded) or '-'}; public values: {', '.join(public) or '-'}")
+    budget = loaded.budget
+    click.echo(f"budget: epsilon {budget.epsilon:g}, delta {budget.delta:g}, {budget.accounting.value} accounting, "
+               f"{budget.mechanism.value} noise; ledger {budget.ledger}")
+    click.echo("ok")

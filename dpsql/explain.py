@@ -1,0 +1,114 @@
+"""`dpsql explain`: what a query would run and release, and what it would cost, without running it."""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dpsql.check import AGG_PREFIX, KEY_PREFIX, NOISY_TABLE, OUT_PREFIX, AggregateKind
+from dpsql.plan import Measurement, OutputRecipe, QueryPlan
+from dpsql.policy import Accounting
+from dpsql.release import LEVEL
+from dpsql.rewrite import pretty
+
+
+def explain(query_plan: QueryPlan) -> str:
+    query = query_plan.query
+    table = query.table
+    lines = [f"Cost: {_cost(query_plan)}"]
+    unit = "each row is its own unit (row privacy)" if table.row_privacy else f"privacy unit '{table.privacy_unit}'"
+    lines.append(f"Contribution bound: at most {query_plan.max_rows} row(s) per unit in this query; {unit}")
+    lines.append(_groups(query_plan))
+    share = "epsilon" if query_plan.accounting is Accounting.PURE else "rho"
+    lines += ["", f"Measurements ({share} split to minimise the summed squared relative error of the outputs, "
+                  "assuming values spread over their bounds):"]
+    header = ("", "measures", "mechanism", "sensitivity", share, "noise scale", f"{LEVEL:.0%} +/-")
+    rows = [header] + [_measurement_row(i, m) for i, m in enumerate(query_plan.measurements)]
+    lines += _table(rows)
+    lines += ["", "Outputs (post-processing of the measurements, free):"]
+    for recipe in query_plan.recipes:
+        lines.append(f"  {recipe.call.text} = {_formula(recipe, query_plan.measurements)}")
+    if query.where is not None or query.keys or len(query.output_names) > len(query_plan.recipes):
+        lines += ["", f"Then, on the noisy cells only: {_readable_outer(query_plan)}"]
+    lines += ["", "Rewritten SQL (runs on the data, enforces the bounds):", _indent(pretty(query_plan))]
+    return "\n".join(lines)
+
+
+def _readable_outer(query_plan: QueryPlan) -> str:
+    """The post-processing query with its internal column names replaced by what they stand for."""
+    query = query_plan.query
+    names = {f"{KEY_PREFIX}{i}": k.text for i, k in enumerate(query.keys)}
+    names |= {f"{AGG_PREFIX}{j}": a.text for j, a in enumerate(query.aggregates)}
+    names |= {f"{OUT_PREFIX}{i}": name for i, name in enumerate(query.output_names)}
+
+    outer = query.outer.copy()
+    for node in list(outer.find_all(exp.Column)):
+        if node.name in names:
+            node.replace(exp.column(exp.to_identifier(names[node.name], quoted=True)))
+    for node in list(outer.find_all(exp.Alias)):
+        if node.alias in names:
+            node.set("alias", exp.to_identifier(names[node.alias], quoted=True))
+    return outer.sql("duckdb").replace(f" FROM {NOISY_TABLE}", "")
+
+
+def _cost(query_plan: QueryPlan) -> str:
+    cost = query_plan.cost
+    text = f"epsilon {float(cost.epsilon):g}, delta {float(cost.delta):g}"
+    if query_plan.accounting is Accounting.ZCDP:
+        text += f" (zCDP: rho {float(cost.rho):g})"
+    return text + f"; mechanism {query_plan.mechanism.value}"
+
+
+def _groups(query_plan: QueryPlan) -> str:
+    keys = query_plan.query.keys
+    if not keys:
+        return "Groups: none (one cell)"
+    if query_plan.domains is not None:
+        count = 1
+        for domain in query_plan.domains:
+            count *= len(domain)
+        return (f"Groups: {', '.join(k.text for k in keys)}: public values, all {count} groups released "
+                "(empty ones as noisy zeros)")
+    selection = query_plan.selection
+    return (f"Groups: {', '.join(k.text for k in keys)}: chosen by DP partition selection: a group is released when "
+            f"its noisy row count is at least {selection.threshold} (delta {selection.delta:g})")
+
+
+def _measurement_row(index: int, m: Measurement) -> tuple[str, ...]:
+    step = float(m.spec.step)
+    return (f"m{index}", m.spec.label, m.mechanism.name, _num(m.sensitivity * step), _num(m.share),
+            _num(float(m.mechanism.scale) * step), _num(m.mechanism.half_width(LEVEL) * step))
+
+
+def _formula(recipe: OutputRecipe, measurements: tuple[Measurement, ...]) -> str:
+    kind = recipe.call.kind
+    if kind in (AggregateKind.COUNT, AggregateKind.COUNT_UNITS):
+        width = measurements[recipe.count].mechanism.half_width(LEVEL)
+        return f"m{recipe.count}, at least 0; {LEVEL:.0%} interval +/-{_num(width)}"
+    if recipe.count is None:
+        m = measurements[recipe.total]
+        return f"m{recipe.total}; {LEVEL:.0%} interval +/-{_num(m.mechanism.half_width(LEVEL) * float(m.spec.step))}"
+    center = _num(float(recipe.point.center * recipe.point.step))
+    bounds = f"[{_num(recipe.point.interval.lo)}, {_num(recipe.point.interval.hi)}]"
+    if kind is AggregateKind.SUM:
+        return f"m{recipe.total} + {center} * m{recipe.count}; interval from both noises"
+    if kind is AggregateKind.AVG:
+        s = measurements[recipe.total]
+        width = s.mechanism.half_width(LEVEL) * float(s.spec.step)
+        return (f"{center} + m{recipe.total} / m{recipe.count}, clamped to {bounds}; {LEVEL:.0%} interval about "
+                f"+/-{_num(width)} / count")
+    return (f"from m{recipe.squares} (squares), m{recipe.total} and m{recipe.count}, clamped to what the bounds "
+            f"allow; interval per group by the delta method")
+
+
+def _num(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def _table(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())
+

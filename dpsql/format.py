@@ -1,0 +1,123 @@
+"""Stage 8: render a private result as a table, CSV or JSON, with or without its intervals."""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import decimal
+import io
+import json
+import math
+from typing import Any
+
+from dpsql.session import PrivateResult
+
+FORMATS = ("table", "csv", "json")
+
+
+def render(result: PrivateResult, fmt: str = "table", with_ci: bool = False) -> str:
+    if fmt == "csv":
+        return _csv(result, with_ci)
+    if fmt == "json":
+        return _json(result, with_ci)
+    return _table(result, with_ci)
+
+
+def summary(result: PrivateResult, analyst: str) -> str:
+    """One line on what the query cost and what is left, for stderr."""
+    cost, left = result.cost, result.spending
+    delta = f", delta {float(cost.delta):g}" if cost.delta else ""
+    return (f"cost: epsilon {float(cost.epsilon):g}{delta}; {analyst} has epsilon {left.epsilon_remaining:g} "
+            f"of {left.epsilon_total:g} left; 95% intervals shown with --ci")
+
+
+def _headers(result: PrivateResult, with_ci: bool) -> list[str]:
+    headers = []
+    for column in result.columns:
+        headers.append(column.name)
+        if with_ci and column.noisy:
+            headers += [f"{column.name}_ci_low", f"{column.name}_ci_high"]
+    return headers
+
+
+def _records(result: PrivateResult, with_ci: bool) -> list[list[Any]]:
+    records = []
+    for row, intervals in zip(result.rows, result.intervals, strict=True):
+        record = []
+        for column, value, interval in zip(result.columns, row, intervals, strict=True):
+            record.append(value)
+            if with_ci and column.noisy:
+                record += list(interval) if interval is not None else [None, None]
+        records.append(record)
+    return records
+
+
+def _table(result: PrivateResult, with_ci: bool) -> str:
+    headers = [c.name for c in result.columns]
+    lines = []
+    for row, intervals in zip(result.rows, result.intervals, strict=True):
+        cells = []
+        for column, value, interval in zip(result.columns, row, intervals, strict=True):
+            text = _display(value)
+            if with_ci and column.noisy and interval is not None:
+                text += f" [{_display(interval[0])}, {_display(interval[1])}]"
+            cells.append(text)
+        lines.append(cells)
+    widths = [max([len(h)] + [len(line[i]) for line in lines]) for i, h in enumerate(headers)]
+    numeric = [all(_is_number(row[i]) for row in result.rows) for i in range(len(headers))]
+
+    def fmt(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if n else c.ljust(w) for c, w, n in zip(cells, widths, numeric, strict=True))
+
+    out = [fmt(headers), "  ".join("-" * w for w in widths), *[fmt(line) for line in lines]]
+    if not result.rows:
+        out.append("(no rows)")
+    return "\n".join(line.rstrip() for line in out)
+
+
+def _csv(result: PrivateResult, with_ci: bool) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(_headers(result, with_ci))
+    for record in _records(result, with_ci):
+        writer.writerow(["" if v is None else _plain(v) for v in record])
+    return buffer.getvalue().rstrip("\n")
+
+
+def _json(result: PrivateResult, with_ci: bool) -> str:
+    rows = [dict(zip(_headers(result, with_ci), [_plain(v) for v in r], strict=True))
+            for r in _records(result, with_ci)]
+    document = {
+        "columns": [{"name": c.name, "type": c.type, "noisy": c.noisy} for c in result.columns],
+        "rows": rows,
+        "cost": {"epsilon": float(result.cost.epsilon), "delta": float(result.cost.delta)},
+        "budget": {"epsilon_spent": result.spending.epsilon_spent, "epsilon_total": result.spending.epsilon_total,
+                   "delta_spent": result.spending.delta_spent, "delta_total": result.spending.delta_total},
+    }
+    return json.dumps(document, indent=2)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float | decimal.Decimal) and not isinstance(value, bool)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if isinstance(value, datetime.date | datetime.datetime):
+        return value.isoformat()
+    return value
+
+
+def _display(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)
+        if abs(value) >= 1000 or value == int(value):
+            return f"{value:.0f}"
+        return f"{value:.4g}" if abs(value) < 1 else f"{value:.2f}"
+    return str(value)
