@@ -45,6 +45,7 @@ class Engine:
         if threads is not None:
             config["threads"] = str(threads)
         self._lock = threading.Lock()
+        self._policy_name = policy.path.name
         self._con = duckdb.connect(":memory:", config=config)
         # The salt makes the per-unit choice of rows unpredictable; a fixed one is for tests only.
         salt = bounding_seed if bounding_seed is not None else secrets.randbits(62)
@@ -58,12 +59,12 @@ class Engine:
             raise
 
     def _load(self, table: TablePolicy, salt: int) -> None:
-        source = self._source(table)
-        found = self._source_columns(table, source)
+        found = self._source_columns(table, self._source(table, typed=False))
         missing = [name for name in table.columns if name not in found]
         if missing:
-            raise PolicyError(f"policy: table '{table.name}', columns.{missing[0]}: the source has no column "
-                              f"'{missing[0]}' (it has: {', '.join(sorted(found))})")
+            self._fail(table, f"columns.{missing[0]}", f"the source has no column '{missing[0]}' (it has: "
+                                                       f"{', '.join(sorted(found))})")
+        source = self._source(table)
         cleaned = ", ".join(f"{_clean(name, c.type)} AS {_quote(name)}" for name, c in table.columns.items())
         conditions = [f"{_quote(n)} IS NOT NULL" for n, c in table.columns.items() if not c.nullable]
         if table.privacy_unit is not None:
@@ -84,8 +85,8 @@ class Engine:
         try:
             self._con.execute(f"CREATE TABLE {prepared_table(table.name)} AS {prepared}")
         except duckdb.Error as exc:
-            raise PolicyError(f"policy: table '{table.name}': cannot load {table.source.pattern!r} with the "
-                              f"declared column types: {self._column_hint(table)} ({type(exc).__name__})") from None
+            self._fail(table, "source", f"cannot load {table.source.pattern!r} with the declared column types: "
+                                        f"{self._column_hint(table)} ({type(exc).__name__})")
         self._con.execute(f"CREATE TABLE {schema_twin(table.name)} AS "
                           f"SELECT * FROM {prepared_table(table.name)} LIMIT 0")
 
@@ -105,17 +106,18 @@ class Engine:
         try:
             self._con.execute(f"ATTACH {path} AS {alias} (READ_ONLY)")
         except duckdb.Error as exc:
-            raise PolicyError(f"policy: table '{table.name}', source: cannot open the DuckDB database "
-                              f"({type(exc).__name__})") from None
+            self._fail(table, "source", f"cannot open the DuckDB database ({type(exc).__name__})")
         return f"{alias}.{_quote(table.source.table)}"
 
     def _source_columns(self, table: TablePolicy, source: str) -> dict[str, str]:
         try:
             described = self._con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()
         except duckdb.Error as exc:
-            raise PolicyError(f"policy: table '{table.name}', source: cannot read {table.source.pattern!r} "
-                              f"({_first_line(exc)})") from None
+            self._fail(table, "source", f"cannot read {table.source.pattern!r} ({_first_line(exc)})")
         return {row[0].lower(): row[1] for row in described}
+
+    def _fail(self, table: TablePolicy, key: str, problem: str) -> None:
+        raise PolicyError(f"policy {self._policy_name}: table '{table.name}', key '{key}': {problem}")
 
     def _column_hint(self, table: TablePolicy) -> str:
         """Name the first declared column whose values do not all read as its declared type.

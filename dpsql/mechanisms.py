@@ -57,9 +57,9 @@ class LaplaceMechanism:
 
     def half_width(self, level: float) -> int:
         """The smallest integer t with P(|Z| <= t) >= level: an exact interval for a lone measurement."""
-        if not self.sensitivity:
-            return 0
         a = self._alpha
+        if not self.sensitivity or 2 * a / (1 + a) <= 1 - level:
+            return 0  # also when the noise is so small that a is 0 in floating point
         # P(|Z| > t) = 2 a^(t+1) / (1 + a)
         t = max(0, math.ceil(math.log((1 - level) * (1 + a) / 2) / math.log(a) - 1))
         while t > 0 and 2 * a**t / (1 + a) <= 1 - level:

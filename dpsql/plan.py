@@ -170,6 +170,10 @@ def plan(query: CheckedQuery, budget: Budget) -> QueryPlan:
     for specs, recipes, weights in _candidates(query, m, needs_selection):
         sensitivities = [_sensitivity(s, m, reach) for s in specs]
         scaled = [w * (d * float(s.step)) ** 2 for w, d, s in zip(weights, sensitivities, specs, strict=True)]
+        # A measurement no output leans on (the count beside a sum centered at 0) still adds noise and needs a
+        # positive share: floor every weight at a billionth of the largest.
+        floor = max(scaled, default=0.0) * 1e-9
+        scaled = [max(w, floor) for w in scaled]
         score = objective(scaled, zcdp)
         if best is None or score < best[0]:
             best = (score, specs, recipes, scaled, sensitivities)

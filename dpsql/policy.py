@@ -234,7 +234,8 @@ class _Reader:
             if unit not in columns:
                 self.fail(where, "privacy_unit", f"column '{unit}' is not declared under columns")
             if columns[unit].bounded or columns[unit].values is not None:
-                self.fail(where, f"columns.{unit}", "the privacy unit column cannot have bounds or public values")
+                self.fail(f"{where}, column '{unit}'", "lower" if columns[unit].bounded else "values",
+                          "the privacy unit column cannot have bounds or public values")
         default_rows = 1 if row_privacy else None
         if "max_rows_per_unit" not in raw and default_rows is None:
             self.fail(where, "max_rows_per_unit", "missing: how many rows one person may contribute to a query")

@@ -1,0 +1,127 @@
+"""A broken policy fails at load time with a message naming the table, the key and the problem."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from dpsql.engine import Engine
+from dpsql.errors import PolicyError
+from dpsql.policy import ColumnType, load_policy
+from dpsql.skeleton import skeleton
+from tests.conftest import write_csv, write_policy
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    return write_csv(tmp_path / "people.csv", ["pid", "age", "city"], [(1, 30, "a"), (2, 40, "b"), (2, 41, "b")])
+
+
+def people(**overrides) -> dict:
+    spec = {"source": "people.csv", "privacy_unit": "pid", "max_rows_per_unit": 2,
+            "columns": {"pid": {"type": "int"}, "age": {"type": "int", "lower": 0, "upper": 100},
+                        "city": {"type": "text", "values": ["a", "b"]}}}
+    spec.update(overrides)
+    return spec
+
+
+def test_a_good_policy_loads_with_its_declarations(tmp_path: Path, data: Path) -> None:
+    policy = load_policy(write_policy(tmp_path / "p.toml", {"people": people()}))
+    table = policy.table("PEOPLE")
+    assert table.privacy_unit == "pid" and table.bound.max_rows == 2
+    assert table.columns["age"].interval.lo == 0 and table.columns["age"].interval.hi == 100
+    assert table.columns["city"].values == ("a", "b") and table.columns["city"].type is ColumnType.TEXT
+    assert table.source.pattern == str(data)  # resolved against the policy's folder
+    assert policy.budget.ledger == tmp_path / "p.ledger.sqlite"
+
+
+@pytest.mark.parametrize(("overrides", "where", "problem"), [
+    ({"source": "missing.csv"}, "key 'source'", "no file matches"),
+    ({"privacy_unit": "nobody"}, "key 'privacy_unit'", "column 'nobody' is not declared"),
+    ({"privacy_unit": None}, "key 'privacy_unit'", "missing"),
+    ({"max_rows_per_unit": 0}, "key 'max_rows_per_unit'", "between 1 and"),
+    ({"colour": "red"}, "key 'colour'", "unknown key"),
+    ({"columns": {"pid": {"type": "int"}, "age": {"type": "integer"}}}, "column 'age', key 'type'", "unknown type"),
+    ({"columns": {"pid": {"type": "int"}, "age": {"type": "int", "lower": 10, "upper": 5}}}, "column 'age', key 'lower'",
+     "lower (10) is greater than upper (5)"),
+    ({"columns": {"pid": {"type": "int"}, "age": {"type": "int", "lower": 1}}}, "column 'age', key 'upper'",
+     "declare both"),
+    ({"columns": {"pid": {"type": "int"}, "city": {"type": "text", "lower": 0, "upper": 1}}},
+     "column 'city', key 'lower'", "need a numeric type"),
+    ({"columns": {"pid": {"type": "int"}, "city": {"type": "text", "values": ["a", 2]}}},
+     "column 'city', key 'values'", "2 is not a text"),
+    ({"columns": {"pid": {"type": "int", "lower": 0, "upper": 9}}}, "column 'pid'",
+     "privacy unit column cannot have bounds"),
+    ({"row_privacy": True}, "key 'row_privacy'", "contradicts privacy_unit"),
+])
+def test_broken_table_declarations_name_table_key_and_problem(tmp_path, data, overrides, where, problem) -> None:
+    spec = people(**overrides)
+    spec = {k: v for k, v in spec.items() if v is not None}
+    path = write_policy(tmp_path / "p.toml", {"people": spec})
+    with pytest.raises(PolicyError) as caught:
+        load_policy(path)
+    message = str(caught.value)
+    assert "table 'people'" in message and where in message and problem in message
+
+
+@pytest.mark.parametrize(("budget", "key", "problem"), [
+    ({"epsilon": -1.0}, "epsilon", "must be a finite number > 0"),
+    ({"epsilon": "lots"}, "epsilon", "expected float"),
+    ({"query_epsilon": 500.0}, "query_epsilon", "<= 100"),
+    ({"accounting": "renyi"}, "accounting", "unknown value"),
+    ({"mechanism": "gaussian"}, "mechanism", "needs accounting"),
+])
+def test_broken_budgets_name_the_key(tmp_path, data, budget, key, problem) -> None:
+    path = write_policy(tmp_path / "p.toml", {"people": people()}, budget)
+    with pytest.raises(PolicyError, match=f"key '{key}'.*{problem}"):
+        load_policy(path)
+
+
+def test_unreadable_policy_files_are_named(tmp_path: Path) -> None:
+    with pytest.raises(PolicyError, match="cannot read the file"):
+        load_policy(tmp_path / "absent.toml")
+    (tmp_path / "bad.toml").write_text("[budget\nepsilon = 1")
+    with pytest.raises(PolicyError, match="not valid TOML"):
+        load_policy(tmp_path / "bad.toml")
+
+
+def test_row_privacy_must_be_explicit_and_means_one_row(tmp_path, data) -> None:
+    spec = people(privacy_unit=None, row_privacy=True, max_rows_per_unit=1)
+    spec = {k: v for k, v in spec.items() if v is not None}
+    table = load_policy(write_policy(tmp_path / "p.toml", {"people": spec})).table("people")
+    assert table.row_privacy and table.privacy_unit is None and table.bound.max_rows == 1
+
+
+def test_a_declared_column_missing_from_the_data_fails_at_load(tmp_path, data) -> None:
+    spec = people(columns={**people()["columns"], "income": {"type": "float", "lower": 0, "upper": 1}})
+    policy = load_policy(write_policy(tmp_path / "p.toml", {"people": spec}))
+    with pytest.raises(PolicyError, match="table 'people', key 'columns.income': the source has no column 'income'"):
+        Engine(policy)
+
+
+def test_values_that_do_not_match_the_declared_type_fail_at_load(tmp_path) -> None:
+    write_csv(tmp_path / "people.csv", ["pid", "age", "city"], [(1, "thirty", "a"), (2, 40, "b")])
+    policy = load_policy(write_policy(tmp_path / "p.toml", {"people": people()}))
+    with pytest.raises(PolicyError, match="column 'age' has values that are not int") as caught:
+        Engine(policy)
+    assert "thirty" not in str(caught.value)  # the message names the column, never a value
+
+
+def test_init_writes_a_skeleton_from_the_schema_only(tmp_path: Path) -> None:
+    write_csv(tmp_path / "secret.csv", ["person", "salary", "town"], [(1, 123456.78, "Smallville"), (2, 98765.43, "Gotham")])
+    text = skeleton(tmp_path / "secret.csv", unit="person", policy_dir=tmp_path)
+    for value in ("123456", "98765", "Smallville", "Gotham"):
+        assert value not in text  # no bound or category is read from the data
+    parsed = tomllib.loads(text)
+    columns = parsed["tables"]["secret"]["columns"]
+    assert columns == {"person": {"type": "int"}, "salary": {"type": "float"}, "town": {"type": "text"}}
+    assert parsed["tables"]["secret"]["privacy_unit"] == "person"
+    assert parsed["tables"]["secret"]["source"] == "secret.csv"
+    load_policy(_written(tmp_path / "secret.toml", text))  # it is a loadable policy once written
+
+
+def _written(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path

@@ -1,0 +1,134 @@
+"""Every class of bad query gets a clear error, costs nothing, and is decided from the SQL and policy alone."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from dpsql.check import check
+from dpsql.errors import BudgetExhausted, DataError, Error, ProgrammingError, QueryRejected
+from dpsql.parse import parse
+from dpsql.policy import load_policy
+from dpsql.session import PrivateSession
+from tests.conftest import seeded, write_csv, write_policy
+
+REJECTED = [
+    ("SELEC COUNT(*) FROM pums", ProgrammingError, "cannot parse"),
+    ("", ProgrammingError, "empty"),
+    ("SELECT COUNT(*) FROM pums; SELECT COUNT(*) FROM pums", QueryRejected, "one statement at a time"),
+    ("DELETE FROM pums", QueryRejected, "only SELECT"),
+    ("DROP TABLE pums", QueryRejected, "only SELECT"),
+    ("CREATE TABLE x AS SELECT * FROM pums", QueryRejected, "only SELECT"),
+    ("INSERT INTO pums VALUES (1)", QueryRejected, "only SELECT"),
+    ("SELECT COUNT(*) FROM nowhere", ProgrammingError, "unknown table 'nowhere'"),
+    ("SELECT SUM(wealth) FROM pums", ProgrammingError, "could not be resolved"),
+    ("SELECT * FROM pums", QueryRejected, "SELECT \\*"),
+    ("SELECT age FROM pums", QueryRejected, "column .age. is used outside an aggregate"),
+    ("SELECT 1 FROM pums", QueryRejected, "no aggregate"),
+    ("SELECT age, COUNT(*) FROM pums GROUP BY sex", QueryRejected, "column 'age' is used outside an aggregate"),
+    ("SELECT MIN(income) FROM pums", QueryRejected, "MIN is not supported"),
+    ("SELECT MAX(age) FROM pums", QueryRejected, "MAX is not supported"),
+    ("SELECT MEDIAN(income) FROM pums", QueryRejected, "MEDIAN is not supported"),
+    ("SELECT quantile_cont(income, 0.5) FROM pums", QueryRejected, "not supported"),
+    ("SELECT SUM(educ) FROM pums", QueryRejected, "column 'educ' needs bounds"),
+    ("SELECT AVG(income / (age - 50)) FROM pums", QueryRejected, "divisor .* may be 0"),
+    ("SELECT COUNT(*) FROM pums WHERE md5(sex) = 'x'", QueryRejected, "not in the list of vetted"),
+    ("SELECT COUNT(*) FROM pums WHERE random() < 0.5", QueryRejected, "changes from run to run"),
+    ("SELECT COUNT(*) FROM read_csv('sample_data/visits.csv')", QueryRejected, "table functions"),
+    ("SELECT COUNT(*) FROM 'PUMS_pid.csv'", ProgrammingError, "unknown table"),
+    ("SELECT COUNT(*) FROM information_schema.tables", QueryRejected, "only the policy's tables"),
+    ("SELECT COUNT(*) FROM pums a JOIN pums b ON a.pid = b.pid", QueryRejected, "JOIN is not supported"),
+    ("SELECT COUNT(*) FROM (SELECT * FROM pums)", QueryRejected, "subqueries"),
+    ("WITH t AS (SELECT * FROM pums) SELECT COUNT(*) FROM t", QueryRejected, "WITH"),
+    ("SELECT COUNT(*) FROM pums WHERE age IN (SELECT age FROM pums)", QueryRejected, "not a subquery"),
+    ("SELECT COUNT(DISTINCT sex) FROM pums", QueryRejected, "only supported on the privacy unit"),
+    ("SELECT pid, COUNT(*) FROM pums GROUP BY pid", QueryRejected, "privacy unit"),
+    ("SELECT COUNT(*) OVER () FROM pums", QueryRejected, "window"),
+    ("SELECT COUNT(*) FROM pums WHERE age > ?", ProgrammingError, "1 placeholders but no parameters"),
+    ("PRAGMA database_list", QueryRejected, "only SELECT"),
+    ("COPY pums TO '/tmp/out.csv'", QueryRejected, "only SELECT"),
+    ("ATTACH '/tmp/x.db'", QueryRejected, "only SELECT"),
+    ("SELECT SUM(DISTINCT income) FROM pums", QueryRejected, "DISTINCT inside SUM"),
+]
+
+
+@pytest.mark.parametrize(("sql", "error", "message"), REJECTED)
+def test_bad_queries_are_rejected_clearly_and_cost_nothing(pums_session, sql, error, message) -> None:
+    before = pums_session.spending("tester")
+    with pytest.raises(error, match=message):
+        pums_session.execute(sql)
+    after = pums_session.spending("tester")
+    assert (after.epsilon_spent, after.delta_spent, after.queries) == (before.epsilon_spent, before.delta_spent,
+                                                                       before.queries)
+
+
+@pytest.mark.parametrize(("sql", "error", "message"), REJECTED)
+def test_rejections_are_decided_without_the_data(pums_policy: Path, sql, error, message) -> None:
+    """Parse and check see only the SQL and the policy: no engine, no data file is opened."""
+    policy = load_policy(pums_policy)
+    (pums_policy.parent / "PUMS_pid.csv").unlink()  # the data is gone: the same rejection still comes out
+    with pytest.raises(error, match=message):
+        try:
+            check(parse(sql), policy)
+        except (QueryRejected, ProgrammingError):
+            raise
+        else:  # a type error can only be found by the dry run on the schema twin
+            raise AssertionError("not rejected by parse/check")
+
+
+def test_the_same_rejection_whatever_the_data(tmp_path: Path) -> None:
+    messages = []
+    for rows in ([(1, 10, 5.0)], [(i, i % 90, float(i)) for i in range(1, 500)]):
+        folder = tmp_path / str(len(rows))
+        folder.mkdir()
+        write_csv(folder / "t.csv", ["pid", "age", "income"], rows)
+        policy = write_policy(folder / "p.toml", {"t": {
+            "source": "t.csv", "privacy_unit": "pid", "max_rows_per_unit": 1,
+            "columns": {"pid": {"type": "int"}, "age": {"type": "int"}, "income": {"type": "float"}}}})
+        session = PrivateSession(policy, "x", rng=seeded(0))
+        with pytest.raises(QueryRejected) as caught:
+            session.execute("SELECT AVG(income) FROM t WHERE age > 3")
+        messages.append(str(caught.value))
+        session.close()
+    assert messages[0] == messages[1] and "column 'income' needs bounds" in messages[0]
+
+
+def test_a_type_error_is_found_on_the_empty_twin_and_costs_nothing(pums_session) -> None:
+    with pytest.raises(QueryRejected, match="does not type-check"):
+        pums_session.execute("SELECT COUNT(*) FROM pums WHERE age > DATE '2020-01-01'")
+    assert pums_session.spending("tester").queries == 0
+
+
+@pytest.mark.parametrize("epsilon", [0, -1, math.nan, math.inf, "many", True])
+def test_bad_epsilons_are_refused_before_any_charge(pums_session, epsilon) -> None:
+    with pytest.raises((DataError, ProgrammingError)):
+        pums_session.execute("SELECT COUNT(*) FROM pums", epsilon=epsilon)
+    assert pums_session.spending("tester").queries == 0
+
+
+def test_epsilon_above_the_remaining_budget_is_refused_without_an_answer(pums_session) -> None:
+    pums_session.execute("SELECT COUNT(*) FROM pums", epsilon=99.5)
+    with pytest.raises(BudgetExhausted, match="would overspend"):
+        pums_session.execute("SELECT COUNT(*) FROM pums", epsilon=0.6)
+    spending = pums_session.spending("tester")
+    assert spending.queries == 1 and spending.epsilon_spent == 99.5
+
+
+def test_undeclared_group_keys_need_a_delta(tmp_path: Path) -> None:
+    write_csv(tmp_path / "t.csv", ["pid", "city"], [(1, "a")])
+    policy = write_policy(tmp_path / "p.toml", {"t": {
+        "source": "t.csv", "privacy_unit": "pid", "max_rows_per_unit": 1,
+        "columns": {"pid": {"type": "int"}, "city": {"type": "text"}}}}, {"delta": 0.0})
+    session = PrivateSession(policy, "x", rng=seeded(0))
+    with pytest.raises(QueryRejected, match="(?i)declare the column's public values"):
+        session.execute("SELECT city, COUNT(*) FROM t GROUP BY city")
+    session.close()
+
+
+def test_every_rejection_is_a_dpsql_error(pums_session) -> None:
+    """No stray exception type escapes: the CLI and DB-API can turn each into one line."""
+    for sql, _, _ in REJECTED:
+        with pytest.raises(Error):
+            pums_session.execute(sql)

@@ -1,0 +1,125 @@
+"""The bounded SQL computes each aggregate kind exactly as the policy says: rows capped, values clamped.
+
+Answers are taken at a huge epsilon, where the noise is negligible: each comparison allows 40 noise standard
+deviations (a Laplace variable exceeds that with probability below exp(-40 / sqrt(2)) < 1e-12), so a failure is
+a wrong rewrite, not bad luck.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pytest
+
+from dpsql.session import PrivateSession
+from tests.conftest import seeded, write_csv, write_policy
+
+# pid, grp, x (bounds 0..10), y (bounds -5..5), flag
+ROWS = [
+    (1, "a", 1.0, 2, True), (1, "a", 2.0, -1, False), (1, "b", 100.0, 9, True),   # 100 clamps to 10, 9 to 5
+    (2, "b", -3.0, -7, False),                                                    # -3 clamps to 0, -7 to -5
+    (3, "a", None, 0, True), (3, "a", 4.0, 3, False),
+]
+TOLERANCE = 40
+
+
+@pytest.fixture
+def session(tmp_path: Path):
+    yield from _session(tmp_path, max_rows=3)
+
+
+def _session(tmp_path: Path, max_rows: int, rows=ROWS):
+    write_csv(tmp_path / "t.csv", ["pid", "grp", "x", "y", "flag"], rows)
+    policy = write_policy(tmp_path / "p.toml", {"t": {
+        "source": "t.csv", "privacy_unit": "pid", "max_rows_per_unit": max_rows,
+        "columns": {"pid": {"type": "int"}, "grp": {"type": "text", "values": ["a", "b", "c"]},
+                    "x": {"type": "float", "lower": 0, "upper": 10},
+                    "y": {"type": "int", "lower": -5, "upper": 5, "nullable": False},
+                    "flag": {"type": "bool"}}}}, {"epsilon": 1e12, "query_epsilon": 1e6})
+    session = PrivateSession(policy, "t", rng=seeded(3), bounding_seed=11)
+    yield session
+    session.close()
+
+
+def _answer(session: PrivateSession, sql: str) -> list[tuple]:
+    result = session.execute(sql)
+    return result.rows, result.noise_std
+
+
+def _close(value: float, truth: float, std: float | None) -> bool:
+    return abs(value - truth) <= TOLERANCE * (std or 0.0) + 1e-9 * max(1.0, abs(truth))
+
+
+CLAMPED_X = [1.0, 2.0, 10.0, 0.0, 4.0]  # non-NULL x, each clamped to [0, 10]
+CLAMPED_Y = [2, -1, 5, -5, 0, 3]
+
+
+@pytest.mark.parametrize(("sql", "truth"), [
+    ("SELECT COUNT(*) FROM t", 6),
+    ("SELECT COUNT(x) FROM t", 5),  # NULL is not counted
+    ("SELECT COUNT(DISTINCT pid) FROM t", 3),
+    ("SELECT SUM(x) FROM t", sum(CLAMPED_X)),
+    ("SELECT SUM(y) FROM t", sum(CLAMPED_Y)),
+    ("SELECT AVG(x) FROM t", statistics.fmean(CLAMPED_X)),
+    ("SELECT AVG(y) FROM t", statistics.fmean(CLAMPED_Y)),
+    ("SELECT VAR_POP(x) FROM t", statistics.pvariance(CLAMPED_X)),
+    ("SELECT VAR_SAMP(x) FROM t", statistics.variance(CLAMPED_X)),
+    ("SELECT STDDEV_POP(y) FROM t", statistics.pstdev(CLAMPED_Y)),
+    ("SELECT STDDEV(y) FROM t", statistics.stdev(CLAMPED_Y)),
+    ("SELECT SUM(CASE WHEN y > 0 THEN 1 ELSE 0 END) FROM t", 3),
+    ("SELECT SUM(x * y) FROM t", 1 * 2 + 2 * -1 + 10 * 5 + 0 * -5 + 4 * 3),
+    ("SELECT AVG(x / 2) FROM t", statistics.fmean(v / 2 for v in CLAMPED_X)),
+    ("SELECT SUM(flag) FROM t", 3),
+    ("SELECT SUM(y) FROM t WHERE flag", 2 + 5 + 0),
+    ("SELECT COUNT(*) FROM t WHERE x BETWEEN 1 AND 50 AND grp IN ('a', 'b')", 3),  # raw values: 100 fails
+    ("SELECT SUM(x) / COUNT(x) FROM t", sum(CLAMPED_X) / 5),  # post-processing of two noisy cells
+])
+def test_each_aggregate_kind_is_computed_on_bounded_values(session, sql, truth) -> None:
+    rows, stds = _answer(session, sql)
+    assert len(rows) == 1
+    value = rows[0][0]
+    std = stds[0][0]
+    if std is None:  # a combination of cells: the interval carries the uncertainty
+        std = 1e-3
+    assert _close(value, truth, std), (value, truth, std)
+
+
+def test_public_groups_are_all_present_even_empty_ones(session) -> None:
+    rows, stds = _answer(session, "SELECT grp, COUNT(*), SUM(y) FROM t GROUP BY grp ORDER BY grp")
+    assert [r[0] for r in rows] == ["a", "b", "c"]
+    truths = {"a": (4, 2 - 1 + 0 + 3), "b": (2, 5 - 5), "c": (0, 0)}
+    for (group, count, total), (_, count_std, total_std) in zip(rows, stds, strict=True):
+        assert _close(count, truths[group][0], count_std) and _close(total, truths[group][1], total_std)
+
+
+def test_rows_beyond_the_cap_do_not_count(tmp_path: Path) -> None:
+    many = [(1, "a", 1.0, 1, True)] * 50 + [(2, "b", 1.0, 1, True)] * 3 + [(3, "c", 1.0, 1, False)]
+    for session in _session(tmp_path, max_rows=2, rows=many):
+        rows, stds = _answer(session, "SELECT COUNT(*), SUM(y) FROM t")
+        assert _close(rows[0][0], 2 + 2 + 1, stds[0][0]) and _close(rows[0][1], 5, stds[0][1])
+        # With a filter the cap applies to the filtered rows: each unit keeps up to 2 rows that match.
+        rows, stds = _answer(session, "SELECT COUNT(*) FROM t WHERE flag")
+        assert _close(rows[0][0], 2 + 2, stds[0][0])
+
+
+def test_the_sql_that_runs_enforces_the_bounds(session) -> None:
+    plain = session.prepare("SELECT grp, SUM(y), AVG(x * 2) FROM t GROUP BY grp").bounded.sql
+    assert "__dp_rank <= 3" in plain  # the per-unit rank prepared at load, filtered per query
+    assert "ROW_NUMBER" not in plain  # no per-query sort without a filter
+    assert "__dp_q_y" in plain  # the bare bounded column's precomputed fixed-point integer
+    assert "GREATEST(LEAST(CAST(\"t\".\"x\" AS DOUBLE), 10.0e0), 0.0e0)" in plain  # x clamped inside the aggregate
+    assert "20.0e0" in plain  # x * 2 clamped to its derived interval [0, 20]
+    filtered = session.prepare("SELECT COUNT(*) FROM t WHERE y > 0").bounded.sql
+    assert "__dp_n <= 3" in filtered and "QUALIFY" in filtered and "ROW_NUMBER() OVER (PARTITION BY __dp_unit" in filtered
+    guarded = session.prepare("SELECT COUNT(*) FROM t WHERE CAST(grp AS INT) > 1").bounded.sql
+    assert "TRY(" in guarded  # a cast that could fail on some row becomes NULL instead of an error
+
+
+def test_sums_are_exact_integers_whatever_the_order(session) -> None:
+    """A float sum depends on the order of addition; the fixed-point measurement does not."""
+    prepared = session.prepare("SELECT SUM(x) FROM t")
+    exact = session.engine.run(prepared.bounded.sql)
+    assert all(isinstance(v, int) for row in exact for v in row)
+    again = session.engine.run(prepared.bounded.sql.replace("SELECT", "SELECT /* again */", 1))
+    assert exact == again
