@@ -1,0 +1,128 @@
+"""The budget ledger: charged before release, never overspent, persistent across processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from dpsql.errors import BudgetExhausted, LedgerError
+from dpsql.ledger import epsilon_of_rho, rho_budget
+from dpsql.session import PrivateSession
+from tests.conftest import seeded, write_csv, write_policy
+
+COUNT = "SELECT COUNT(*) FROM t"
+
+
+def _policy(tmp_path: Path, **budget) -> Path:
+    write_csv(tmp_path / "t.csv", ["pid", "x"], [(i, i % 7) for i in range(1, 50)])
+    return write_policy(tmp_path / "p.toml", {"t": {
+        "source": "t.csv", "privacy_unit": "pid", "max_rows_per_unit": 1,
+        "columns": {"pid": {"type": "int"}, "x": {"type": "int", "lower": 0, "upper": 6}}}},
+        {"epsilon": 1.0, "delta": 1e-6, **budget})
+
+
+def test_ten_queries_of_a_tenth_spend_exactly_one(tmp_path: Path) -> None:
+    session = PrivateSession(_policy(tmp_path), "ann", rng=seeded(1))
+    for _ in range(10):
+        session.execute(COUNT, epsilon=0.1)
+    with pytest.raises(BudgetExhausted, match="would overspend the total budget"):
+        session.execute(COUNT, epsilon=0.1)
+    assert session.history()[-1].epsilon == Fraction(1, 10) and len(session.history()) == 10
+    assert session.spending().epsilon_spent == 1.0 and session.spending().epsilon_remaining == 0.0
+
+
+def test_each_analyst_has_a_share_and_all_share_the_total(tmp_path: Path) -> None:
+    policy = _policy(tmp_path)
+    text = policy.read_text() + "\n[budget.analysts.bob]\nepsilon = 0.3\n"
+    policy.write_text(text.replace("[tables.t]", "[tables.t]", 1))
+    # [budget.analysts.bob] must sit in the budget table: rewrite the file in TOML order
+    lines = policy.read_text().split("\n")
+    analysts = lines[-3:-1]
+    body = lines[:-3]
+    at = body.index("[tables.t]")
+    policy.write_text("\n".join(body[:at] + analysts + [""] + body[at:]))
+    bob = PrivateSession(policy, "bob", rng=seeded(1))
+    bob.execute(COUNT, epsilon=0.3)
+    with pytest.raises(BudgetExhausted, match="analyst 'bob'"):
+        bob.execute(COUNT, epsilon=0.01)
+    ann = PrivateSession(policy, "ann", rng=seeded(2))
+    ann.execute(COUNT, epsilon=0.7)
+    with pytest.raises(BudgetExhausted, match="the total budget"):
+        ann.execute(COUNT, epsilon=0.01)  # ann's own share (the total) is not used up, the total is
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dpsql", *args], capture_output=True, text=True,
+                          env={**os.environ, "DPSQL_ANALYST": "cli"}, timeout=120)
+
+
+def test_the_budget_persists_across_processes(tmp_path: Path) -> None:
+    policy = str(_policy(tmp_path))
+    first = _cli("query", COUNT, "--policy", policy, "--epsilon", "0.6")
+    assert first.returncode == 0, first.stderr
+    second = _cli("query", COUNT, "--policy", policy, "--epsilon", "0.6")
+    assert second.returncode == 3 and "would overspend" in second.stderr and second.stdout == ""
+    third = _cli("query", COUNT, "--policy", policy, "--epsilon", "0.4")
+    assert third.returncode == 0, third.stderr
+    shown = _cli("budget", "--policy", policy)
+    assert "epsilon 1 spent of 1, 0 left" in shown.stdout and shown.stdout.count("SELECT COUNT(*) FROM t") == 2
+
+
+def test_no_ledger_no_answer(tmp_path: Path) -> None:
+    policy = _policy(tmp_path)
+    policy.write_text(policy.read_text().replace("[budget]", f"[budget]\nledger = \"{tmp_path / 'gone' / 'l.db'}\""))
+    with pytest.raises(LedgerError, match="does not exist; refusing to answer"):
+        PrivateSession(policy, "x")
+
+
+@pytest.mark.parametrize("damage", ["directory", "garbage"])
+def test_an_unusable_ledger_refuses_to_answer(tmp_path: Path, damage: str) -> None:
+    """Whatever stops the ledger from recording a charge (here: its path is a folder, or not a database; the
+    fault suite covers read-only files) stops the answer: nothing is released for free."""
+    policy = _policy(tmp_path)
+    session = PrivateSession(policy, "x", rng=seeded(0))
+    session.execute(COUNT, epsilon=0.1)
+    ledger = tmp_path / "p.ledger.sqlite"
+    for leftover in tmp_path.glob("p.ledger.sqlite*"):
+        leftover.unlink()
+    if damage == "directory":
+        ledger.mkdir()
+    else:
+        ledger.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(LedgerError, match="refusing to answer|cannot be"):
+        session.execute(COUNT, epsilon=0.1)
+
+
+def test_a_ledger_cannot_change_accounting(tmp_path: Path) -> None:
+    policy = _policy(tmp_path)
+    PrivateSession(policy, "x").close()
+    policy.write_text(policy.read_text().replace("[budget]", "[budget]\naccounting = \"zcdp\""))
+    with pytest.raises(LedgerError, match="started with pure accounting"):
+        PrivateSession(policy, "x")
+
+
+def test_zcdp_accounting_with_gaussian_noise(tmp_path: Path) -> None:
+    """rho = epsilon^2 / 2 per query adds up: many small queries fit where pure DP would allow fewer."""
+    policy = _policy(tmp_path, epsilon=10.0, accounting="zcdp", mechanism="gaussian")
+    session = PrivateSession(policy, "z", rng=seeded(4))
+    result = session.execute("SELECT COUNT(*), AVG(x) FROM t", epsilon=0.1)
+    assert {m.mechanism.name for m in result.plan.measurements} == {"discrete Gaussian"}
+    assert result.cost.rho == Fraction(1, 200)  # epsilon^2 / 2
+    half_delta = Fraction(1, 2 * 10**6)  # half the delta converts rho to epsilon, half is for selection
+    cap = rho_budget(Fraction(10), half_delta)
+    answered = 1
+    while True:
+        try:
+            session.execute(COUNT, epsilon=0.1)
+            answered += 1
+        except BudgetExhausted:
+            break
+    assert answered == int(cap / Fraction(1, 200))
+    assert answered > 100  # pure DP would stop at 10 / 0.1 = 100
+    assert epsilon_of_rho(Fraction(answered, 200), half_delta) <= 10.0 < epsilon_of_rho(
+        Fraction(answered + 1, 200), half_delta)
