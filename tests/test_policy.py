@@ -44,8 +44,8 @@ def test_a_good_policy_loads_with_its_declarations(tmp_path: Path, data: Path) -
     ({"max_rows_per_unit": 0}, "key 'max_rows_per_unit'", "between 1 and"),
     ({"colour": "red"}, "key 'colour'", "unknown key"),
     ({"columns": {"pid": {"type": "int"}, "age": {"type": "integer"}}}, "column 'age', key 'type'", "unknown type"),
-    ({"columns": {"pid": {"type": "int"}, "age": {"type": "int", "lower": 10, "upper": 5}}}, "column 'age', key 'lower'",
-     "lower (10) is greater than upper (5)"),
+    ({"columns": {"pid": {"type": "int"}, "age": {"type": "int", "lower": 10, "upper": 5}}},
+     "column 'age', key 'lower'", "lower (10) is greater than upper (5)"),
     ({"columns": {"pid": {"type": "int"}, "age": {"type": "int", "lower": 1}}}, "column 'age', key 'upper'",
      "declare both"),
     ({"columns": {"pid": {"type": "int"}, "city": {"type": "text", "lower": 0, "upper": 1}}},
@@ -110,7 +110,8 @@ def test_values_that_do_not_match_the_declared_type_fail_at_load(tmp_path) -> No
 
 
 def test_init_writes_a_skeleton_from_the_schema_only(tmp_path: Path) -> None:
-    write_csv(tmp_path / "secret.csv", ["person", "salary", "town"], [(1, 123456.78, "Smallville"), (2, 98765.43, "Gotham")])
+    rows = [(1, 123456.78, "Smallville"), (2, 98765.43, "Gotham")]
+    write_csv(tmp_path / "secret.csv", ["person", "salary", "town"], rows)
     text = skeleton(tmp_path / "secret.csv", unit="person", policy_dir=tmp_path)
     for value in ("123456", "98765", "Smallville", "Gotham"):
         assert value not in text  # no bound or category is read from the data
