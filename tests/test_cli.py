@@ -1,0 +1,121 @@
+"""The command line: answers in three formats, explain, budget, init, policy check; errors as one line."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dpsql import cli
+
+GROUPED = "SELECT region, COUNT(*) AS visits, AVG(cost) AS avg_cost FROM visits GROUP BY region"
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli.main, list(args), env={"DPSQL_ANALYST": "cli"})
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_query_prints_a_table_with_intervals_and_the_cost(visits_policy: Path) -> None:
+    code, out, err = run("query", GROUPED, "--policy", str(visits_policy), "--ci")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].split() == ["region", "visits", "avg_cost"] and len(lines) == 2 + 5
+    assert "[" in lines[2]  # an interval beside each noisy value
+    assert "cost: epsilon 1;" in err and "cli has epsilon 49 of 50 left" in err
+
+
+def test_query_as_csv_and_json(visits_policy: Path) -> None:
+    code, out, _ = run("query", GROUPED, "--policy", str(visits_policy), "--format", "csv", "--ci",
+                       "--epsilon", "0.5")
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert len(rows) == 5 and set(rows[0]) == {"region", "visits", "visits_ci_low", "visits_ci_high", "avg_cost",
+                                                  "avg_cost_ci_low", "avg_cost_ci_high"}
+    assert all(float(r["avg_cost_ci_low"]) <= float(r["avg_cost"]) <= float(r["avg_cost_ci_high"]) for r in rows)
+    code, out, _ = run("query", GROUPED, "--policy", str(visits_policy), "--format", "json")
+    document = json.loads(out)
+    assert code == 0 and document["cost"] == {"epsilon": 1.0, "delta": 0.0}
+    assert [c["noisy"] for c in document["columns"]] == [False, True, True] and len(document["rows"]) == 5
+    assert document["budget"]["epsilon_spent"] == 1.5
+
+
+def test_parameters_from_the_command_line(visits_policy: Path) -> None:
+    sql = "SELECT COUNT(*) FROM visits WHERE age > ? AND region = ?"
+    code, out, err = run("query", sql, "--policy", str(visits_policy), "-p", "40", "-p", "north")
+    assert code == 0, err
+    code, out, err = run("query", "SELECT COUNT(*) FROM visits WHERE age > :a", "--policy", str(visits_policy),
+                         "-p", "a=40")
+    assert code == 0, err
+
+
+def test_explain_shows_the_plan_and_spends_nothing(visits_policy: Path) -> None:
+    code, out, _ = run("explain", GROUPED, "--policy", str(visits_policy), "--epsilon", "2")
+    assert code == 0
+    for expected in ("Cost: epsilon 2, delta 0", "at most 5 row(s) per unit", "discrete Laplace", "COUNT(*)",
+                     "SUM(cost - 2500)", "sensitivity", "noise scale", "95% +/-", "Rewritten SQL", "__dp_rank <= 5",
+                     "AVG(cost) = 2500 + m1 / m"):
+        assert expected in out, expected
+    code, out, _ = run("budget", "--policy", str(visits_policy))
+    assert "0 queries" in out
+
+
+def test_budget_shows_total_spent_remaining_and_history(visits_policy: Path) -> None:
+    run("query", GROUPED, "--policy", str(visits_policy), "--epsilon", "2")
+    code, out, _ = run("budget", "--policy", str(visits_policy))
+    assert code == 0
+    assert "total:     epsilon 2 spent of 50, 48 left" in out and "cli: epsilon 2 spent of 50" in out
+    assert "#1" in out and GROUPED in out
+
+
+@pytest.mark.parametrize(("args", "code", "message"), [
+    (["query", "SELECT MAX(cost) FROM visits"], 2, "rejected: SELECT MAX(cost): MAX is not supported"),
+    (["query", "SELECT COUNT(*) FROM visits; DROP TABLE visits"], 2, "rejected: send one statement"),
+    (["query", "SELECT COUNT(*) FROM visits", "--epsilon", "abc"], 2, "epsilon must be a number"),
+    (["query", "SELECT COUNT(*) FROM visits", "--epsilon", "51"], 2, "more than the whole budget"),
+    (["query", "SELECT COUNT(*) FROM visits", "--epsilon", "0"], 2, "finite number > 0"),
+])
+def test_errors_are_one_line_with_an_exit_code(visits_policy: Path, args, code, message) -> None:
+    exit_code, out, err = run(*args, "--policy", str(visits_policy))
+    assert exit_code == code and out == ""
+    assert err.startswith("dpsql: ") and message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_budget_exhaustion_exits_3(visits_policy: Path) -> None:
+    assert run("query", "SELECT COUNT(*) FROM visits", "--policy", str(visits_policy), "--epsilon", "49.5")[0] == 0
+    code, out, err = run("query", "SELECT COUNT(*) FROM visits", "--policy", str(visits_policy), "--epsilon", "1")
+    assert code == 3 and out == "" and "would overspend" in err
+
+
+def test_a_broken_policy_or_missing_file_is_one_line(tmp_path: Path) -> None:
+    code, _, err = run("query", "SELECT 1", "--policy", str(tmp_path / "none.toml"))
+    assert code == 1 and "cannot read the file" in err and "Traceback" not in err
+    (tmp_path / "p.toml").write_text('[budget]\nepsilon = 1\n[tables.t]\nsource = "gone.csv"\n')
+    code, _, err = run("policy", "check", str(tmp_path / "p.toml"))
+    assert code == 1 and "table 't', key 'source': no file matches" in err
+
+
+def test_an_internal_error_is_one_line_too(visits_policy: Path, monkeypatch) -> None:
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+    monkeypatch.setattr(cli.PrivateSession, "execute", broken)
+    code, out, err = run("query", GROUPED, "--policy", str(visits_policy))
+    assert code == 70 and "internal error (RuntimeError: boom)" in err and "Traceback" not in err
+
+
+def test_init_then_policy_check(tmp_path: Path) -> None:
+    (tmp_path / "people.csv").write_text("person,age,city\n1,30,a\n2,41,b\n")
+    policy = tmp_path / "people.toml"
+    code, _, err = run("init", str(tmp_path / "people.csv"), "--unit", "person", "-o", str(policy))
+    assert code == 0 and "fill in its TODOs" in err
+    parsed = tomllib.loads(policy.read_text())
+    assert parsed["tables"]["people"]["privacy_unit"] == "person"
+    code, out, _ = run("policy", "check", str(policy))
+    assert code == 0 and "table people: 3 columns, unit person" in out and out.strip().endswith("ok")
+    code, _, err = run("init", str(tmp_path / "people.csv"), "-o", str(policy))
+    assert code == 2 and "exists already" in err
