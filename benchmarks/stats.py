@@ -1,0 +1,174 @@
+"""From raw observations to per-cell statistics, dpsql-to-peer ratios and coverage.
+
+A *cell* is one released value: (data set, query, aggregate, group). Per cell, system and epsilon: the median and
+95th percentile of the relative error |released - truth| / |truth| over the runs, against the bounded truth (what
+the mechanism is centred on) and against the raw truth; the empirical coverage of dpsql's 95% intervals of the
+bounded truth; and the mechanism's theoretical error from the noise standard deviation dpsql reports.
+
+Theory: for Laplace noise with standard deviation s, the median of |noise| is s ln2/sqrt2 and its 95th percentile
+s ln20/sqrt2. This is exact for a value from one measurement (a COUNT, or a SUM dpsql measures directly) and a
+first-order approximation for the combinations of measurements (SUM = S + mid N, AVG, VAR, STDDEV).
+
+A non-finite release (a peer's AVG over a noisy count of 0, the square root of a negative variance) counts as an
+infinite error. Cells whose exact value is 0 have no relative error and are left out (none in this workload).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from benchmarks.records import DPSQL, Observation, Truth
+from benchmarks.workload import Query
+
+LAPLACE_MEDIAN_PER_STD = math.log(2) / math.sqrt(2)
+LAPLACE_P95_PER_STD = math.log(20) / math.sqrt(2)
+Z95 = 1.959964
+SMALL_CELL = 0.03  # cells holding less than 3% of the table's rows are "small" (the workload aims at ~1-2%)
+LARGE_CELL = 0.10
+
+
+def size_class(fraction: float) -> str:
+    return "small" if fraction < SMALL_CELL else "large" if fraction >= LARGE_CELL else "medium"
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One released value: (data set, query, aggregate, group), with the size class of its group."""
+
+    dataset: str
+    query: str
+    aggregate: str
+    kind: str
+    group: str
+    size: str  # small, medium, large
+    grouped: bool
+    basic: bool  # the query asks COUNT/SUM/AVG only
+
+
+@dataclass(frozen=True, slots=True)
+class CellStat(Cell):
+    fraction: float
+    system: str
+    epsilon: float
+    runs: int
+    truth_bounded: float
+    truth_raw: float | None
+    median_rel: float
+    p95_rel: float
+    median_rel_ci_low: float  # a 95% confidence interval of the median (order statistics)
+    median_rel_ci_high: float
+    median_rel_raw: float | None
+    p95_rel_raw: float | None
+    nonfinite: int
+    coverage: float | None  # dpsql only
+    theory_median_rel: float | None  # dpsql only
+    theory_p95_rel: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class CellRatio(Cell):
+    """dpsql's median relative error over a peer's, for one cell at one epsilon."""
+
+    epsilon: float
+    peer: str
+    dpsql_median_rel: float
+    peer_median_rel: float
+    ratio: float
+    significantly_worse: bool  # dpsql's median CI lies wholly above the peer's
+
+
+def _relative(values: np.ndarray, truth: float) -> np.ndarray:
+    errors = np.abs(values - truth) / abs(truth)
+    return np.where(np.isfinite(errors), errors, np.inf)
+
+
+def _p95(errors: np.ndarray) -> float:
+    # An order statistic, not an interpolation: errors may be infinite, and inf - inf is not a number.
+    return float(np.quantile(errors, 0.95, method="higher"))
+
+
+def _median_ci(errors: np.ndarray) -> tuple[float, float]:
+    ordered = np.sort(errors)
+    n = len(ordered)
+    half = Z95 * math.sqrt(n) / 2
+    low, high = max(0, math.floor(n / 2 - half)), min(n - 1, math.ceil(n / 2 + half))
+    return float(ordered[low]), float(ordered[high])
+
+
+def cell_stats(observations: Iterable[Observation], truths: Sequence[Truth],
+               queries: dict[str, Query]) -> list[CellStat]:
+    truth_of = {(t.dataset, t.query, t.aggregate, t.group): t for t in truths}
+    buckets: dict[tuple, list[Observation]] = defaultdict(list)
+    for o in observations:
+        buckets[(o.dataset, o.query, o.aggregate, o.group, o.system, o.epsilon)].append(o)
+    stats = []
+    for (dataset, query_name, aggregate, group, system, epsilon), rows in buckets.items():
+        truth = truth_of.get((dataset, query_name, aggregate, group))
+        if truth is None or not truth.bounded:
+            continue
+        query = queries[query_name]
+        values = np.array([o.value for o in rows], dtype=float)
+        errors = _relative(values, truth.bounded)
+        raw_errors = _relative(values, truth.raw) if truth.raw else None
+        coverage = theory_median = theory_p95 = None
+        if system == DPSQL:
+            low = np.array([o.low for o in rows], dtype=float)
+            high = np.array([o.high for o in rows], dtype=float)
+            slack = 1e-9 * abs(truth.bounded)  # the float rounding of a clamped interval end
+            coverage = float(np.mean((low - slack <= truth.bounded) & (truth.bounded <= high + slack)))
+            std = float(np.median([o.std for o in rows]))
+            theory_median = LAPLACE_MEDIAN_PER_STD * std / abs(truth.bounded)
+            theory_p95 = LAPLACE_P95_PER_STD * std / abs(truth.bounded)
+        ci_low, ci_high = _median_ci(errors)
+        stats.append(CellStat(
+            dataset, query_name, aggregate, rows[0].kind, group, size_class(truth.fraction), query.grouped,
+            query.basic, truth.fraction, system, epsilon, len(rows), truth.bounded, truth.raw,
+            float(np.median(errors)), _p95(errors), ci_low, ci_high,
+            float(np.median(raw_errors)) if raw_errors is not None else None,
+            _p95(raw_errors) if raw_errors is not None else None,
+            int(np.sum(~np.isfinite(values))), coverage, theory_median, theory_p95))
+    return stats
+
+
+def ratios(stats: Sequence[CellStat]) -> list[CellRatio]:
+    """dpsql against each peer, cell by cell, at equal epsilon."""
+    mine = {(s.dataset, s.query, s.aggregate, s.group, s.epsilon): s for s in stats if s.system == DPSQL}
+    out = []
+    for s in stats:
+        if s.system == DPSQL:
+            continue
+        d = mine.get((s.dataset, s.query, s.aggregate, s.group, s.epsilon))
+        if d is None:
+            continue
+        ratio = _ratio(d.median_rel, s.median_rel)
+        out.append(CellRatio(s.dataset, s.query, s.aggregate, s.kind, s.group, s.size, s.grouped, s.basic,
+                             s.epsilon, s.system, d.median_rel, s.median_rel, ratio,
+                             d.median_rel_ci_low > s.median_rel_ci_high))
+    return out
+
+
+def _ratio(mine: float, theirs: float) -> float:
+    """A ratio of median errors; two exact medians (discrete noise that is mostly 0 at large ε) tie."""
+    if theirs > 0:
+        return mine / theirs
+    return 1.0 if mine == 0 else math.inf
+
+
+def best_peer_ratios(cell_ratios: Sequence[CellRatio]) -> list[CellRatio]:
+    """Per cell and epsilon, the ratio to the most accurate peer on that cell."""
+    best: dict[tuple, CellRatio] = {}
+    for r in cell_ratios:
+        key = (r.dataset, r.query, r.aggregate, r.group, r.epsilon)
+        if key not in best or r.peer_median_rel < best[key].peer_median_rel:
+            best[key] = r
+    return list(best.values())
+
+
+def geometric_mean(values: Sequence[float]) -> float:
+    finite = [v for v in values if 0 < v < math.inf]
+    return math.exp(sum(math.log(v) for v in finite) / len(finite)) if finite else math.nan
