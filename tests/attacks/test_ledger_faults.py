@@ -1,0 +1,86 @@
+"""The budget ledger under faults: concurrent processes, SIGKILL at random points, unusable ledger locations."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from benchmarks.attacks.fixtures import Budget, open_session
+from benchmarks.attacks.ledger_faults import (
+    QUERY,
+    cli_concurrently,
+    inspect,
+    kill_at_random,
+    readonly_cases,
+    spend_concurrently,
+    write_people,
+)
+from dpsql.errors import LedgerError
+
+EPSILON = 0.125  # a power of two: the ledger's exact sum reaches the budget after exactly budget / EPSILON answers
+
+
+def test_concurrent_workers_spend_the_budget_exactly_once(tmp_path: Path) -> None:
+    policy = write_people(tmp_path, Budget(epsilon=2.0))
+    figures = spend_concurrently(policy, processes=4, attempts=8, epsilon=EPSILON)  # 32 attempts, room for 16
+    assert figures.overspend == 0
+    assert figures.answers == figures.ledger.charges == 16  # no answer unpaid, none charged twice, none lost
+    assert figures.refusals == 16
+    assert figures.ledger.consistent, figures.ledger
+
+
+def test_concurrent_cli_processes_never_overspend(tmp_path: Path) -> None:
+    policy = write_people(tmp_path, Budget(epsilon=1.0))
+    figures, codes = cli_concurrently(policy, processes=5, epsilon=0.25)  # room for 4
+    assert sorted(codes) == [0, 0, 0, 0, 3]
+    assert figures.answers == figures.ledger.charges == 4
+    assert figures.ledger.consistent, figures.ledger
+
+
+def test_a_killed_process_never_leaves_an_answer_unpaid_nor_a_broken_ledger(tmp_path: Path) -> None:
+    policy = write_people(tmp_path, Budget(epsilon=1e6))
+    kills = kill_at_random(policy, kills=5, max_delay=2.0, seed=29)
+    assert sum(k.answers for k in kills.kills) > 0  # some kills landed while queries were being answered
+    assert kills.unpaid_answers == 0, kills.line()
+    assert kills.extra_charges == 0, kills.line()
+    assert kills.ledger.consistent, kills.line()
+    session = open_session(policy, 1, "after")  # and the next process can still spend
+    try:
+        session.execute(QUERY, epsilon=EPSILON)
+    finally:
+        session.close()
+    assert inspect(policy).per_analyst["after"] == 1
+
+
+def test_an_unwritable_or_missing_ledger_location_gets_no_free_answer() -> None:
+    results = readonly_cases()
+    for refusal in results:
+        assert not refusal.free_answer, refusal
+        assert refusal.exit_code in (0, 1), refusal  # answered (and charged), or refused as a ledger error
+    refused = {r.case for r in results if r.exit_code == 1 and not r.answered}
+    assert {"read-only folder, no ledger yet", "read-only ledger file", "missing folder"} <= refused
+
+
+@pytest.mark.parametrize("fault", ["folder removed", "ledger replaced by garbage", "ledger is a folder"])
+def test_a_ledger_that_breaks_during_a_session_refuses_the_next_query(tmp_path: Path, fault: str) -> None:
+    policy = write_people(tmp_path / "data", Budget(extra={"ledger": str(tmp_path / "ledgers" / "l.sqlite")}))
+    (tmp_path / "ledgers").mkdir()
+    session = open_session(policy, 1)
+    try:
+        session.execute(QUERY, epsilon=EPSILON)
+        ledger = tmp_path / "ledgers" / "l.sqlite"
+        if fault == "folder removed":
+            shutil.rmtree(ledger.parent)
+        else:
+            for path in ledger.parent.iterdir():
+                path.unlink()
+            if fault == "ledger is a folder":
+                ledger.mkdir()
+            else:
+                ledger.write_bytes(b"not a database, " * 512)
+        with pytest.raises(LedgerError):
+            session.execute(QUERY, epsilon=EPSILON)
+    finally:
+        session.close()
