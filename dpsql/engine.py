@@ -79,7 +79,8 @@ class Engine:
                  f"count(*) OVER (PARTITION BY {UNIT}) AS {UNIT_ROWS}") if not table.row_privacy else \
             f"1 AS {RANK}, 1 AS {UNIT_ROWS}"
         where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
-        cleaned_rows = f"SELECT {cleaned} FROM {source} {where}"
+        # The conditions test the cleaned columns (NaN already NULL), not the raw ones.
+        cleaned_rows = f"SELECT * FROM (SELECT {cleaned} FROM {source}) {where}"
         keyed = f"SELECT *, {unit} AS {UNIT}, {row_hash} AS {ROW_KEY} FROM ({cleaned_rows})"
         prepared = f"SELECT *, {', '.join([ranks, *quantized])} FROM ({keyed})"
         try:

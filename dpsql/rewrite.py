@@ -130,7 +130,8 @@ def filter_rows(tree: exp.Select, context: _Context) -> exp.Select:
     # them before the cap so that the cap is spent on rows that can count.
     for key in context.plan.query.keys:
         if key.domain is not None:
-            tree = tree.where(exp.In(this=_guarded(key.expression), expressions=[literal(v) for v in key.domain]))
+            member = exp.In(this=exp.paren(key.expression.copy()), expressions=[literal(v) for v in key.domain])
+            tree = tree.where(exp.func("TRY", member))
     return tree
 
 

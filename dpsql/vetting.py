@@ -38,9 +38,9 @@ _CASTS = (exp.Cast, exp.TryCast)
 ROW_NODES = frozenset(_STRUCTURE + _LOGIC + _COMPARISON + _ARITHMETIC + _CONDITIONAL + _MATH + _TEXT + _TIME
                       + _CASTS)
 
-# Nodes that cannot raise on any row value, so they need no TRY(...) around them in the rewrite.
-NEVER_FAILS = frozenset(_STRUCTURE + _LOGIC + _COMPARISON + (exp.Case, exp.If, exp.Coalesce, exp.Nullif,
-                                                             exp.Least, exp.Greatest, exp.Lower, exp.Upper))
+# The only nodes that cannot raise on any row value. Everything else may: even a comparison can hide an
+# implicit cast that fails on the rows that reach it (`pid IN (1, 'x')`), which would make the error an oracle.
+NEVER_FAILS = frozenset((exp.Column, exp.Identifier, exp.Literal, exp.Boolean, exp.Null, exp.Paren))
 
 _CAST_TARGETS = (
     *exp.DataType.NUMERIC_TYPES, *exp.DataType.TEXT_TYPES, exp.DataType.Type.BOOLEAN, exp.DataType.Type.DATE,
@@ -97,5 +97,6 @@ def _is_literal(node: exp.Expression | None) -> bool:
 
 
 def may_fail(node: exp.Expression) -> bool:
-    """Whether evaluating `node` on some row value could raise an engine error (so the rewrite wraps it)."""
+    """Whether evaluating `node` on some row value could raise an engine error (so the rewrite wraps it in
+    TRY): anything but a bare column or literal."""
     return any(type(part) not in NEVER_FAILS for part in node.walk())
