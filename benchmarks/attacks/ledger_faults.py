@@ -199,7 +199,7 @@ class Refusal:
         return self.answered and (self.charges_after is None or self.charges_after <= (self.charges_before or 0))
 
 
-def _charges(ledger: Path) -> int | None:
+def charge_count(ledger: Path) -> int | None:
     try:
         con = sqlite3.connect(f"file:{ledger}?mode=ro", uri=True)
         try:
@@ -255,10 +255,10 @@ def _readonly_cases(folder: Path) -> list[Refusal]:
             if path.is_file():
                 path.chmod(path.stat().st_mode | 0o444)
         home.chmod(0o755)
-        before = _charges(ledger)
+        before = charge_count(ledger)
         done = run_unprivileged([dpsql, "query", QUERY, "--policy", str(policy), "--analyst", "ro",
                                  "--format", "csv"])
-        results.append(Refusal(case, done.returncode, bool(done.stdout.strip()), before, _charges(ledger),
+        results.append(Refusal(case, done.returncode, bool(done.stdout.strip()), before, charge_count(ledger),
                                done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""))
     return results
 
