@@ -90,6 +90,8 @@ class Engine:
                                         f"{self._column_hint(table)} ({type(exc).__name__})")
         self._con.execute(f"CREATE TABLE {schema_twin(table.name)} AS "
                           f"SELECT * FROM {prepared_table(table.name)} LIMIT 0")
+        if table.source.kind == "duckdb":  # the copy is made: the steward's database file is not needed any more
+            self._con.execute(f"DETACH __dp_src_{table.name}")
 
     def _source(self, table: TablePolicy, typed: bool = True) -> str:
         path = exp.Literal.string(table.source.pattern).sql(DIALECT)
@@ -102,7 +104,8 @@ class Engine:
         if table.source.kind == "parquet":
             return f"read_parquet({path})"
         alias = f"__dp_src_{table.name}"
-        if alias in {row[0] for row in self._con.execute("SELECT database_name FROM duckdb_databases()").fetchall()}:
+        attached = {row[0] for row in self._con.execute("SELECT database_name FROM duckdb_databases()").fetchall()}
+        if alias in attached:
             return f"{alias}.{_quote(table.source.table)}"
         try:
             self._con.execute(f"ATTACH {path} AS {alias} (READ_ONLY)")
@@ -146,13 +149,20 @@ class Engine:
                 raise QueryRejected(f"the query does not type-check: {_first_line(exc)}") from None
 
     def run(self, sql: str) -> list[tuple[Any, ...]]:
-        """Run a bounded query on the data. Any failure gets the same message, whatever the data."""
+        """Run a bounded query on the data. Any failure gets the same message, whatever the data.
+
+        The query runs in a transaction that is always rolled back: only SELECTs built by the rewrite come here,
+        but should anything else ever slip through, it could not change the tables for later queries.
+        """
         with self._lock:
+            self._con.execute("BEGIN TRANSACTION")
             try:
                 return self._con.execute(sql).fetchall()
             except duckdb.Error:
                 raise ExecutionFailed("the query failed while running on the data. It was charged: whether "
                                       "it fails could depend on the data") from None
+            finally:
+                self._con.execute("ROLLBACK")
 
     def close(self) -> None:
         with self._lock:
