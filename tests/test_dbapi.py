@@ -138,8 +138,7 @@ def test_pandas_read_sql_works_on_the_connection(con) -> None:
 
 
 def test_a_context_manager_closes_the_connection(pums_policy: Path) -> None:
-    with dpsql.connect(pums_policy, "ctx", rng=seeded(1)) as connection:
-        with connection.cursor() as cur:
-            cur.execute("SELECT COUNT(*) FROM pums")
+    with dpsql.connect(pums_policy, "ctx", rng=seeded(1)) as connection, connection.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM pums")
     with pytest.raises(dpsql.InterfaceError):
         connection.cursor().execute("SELECT COUNT(*) FROM pums")
