@@ -18,10 +18,8 @@ checks on fewer draws that `PrivateSession.execute` releases the same distributi
 
 from __future__ import annotations
 
-import argparse
 import math
 import random
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -31,8 +29,9 @@ import numpy as np
 from scipy.stats import ks_2samp
 
 from benchmarks.attacks.baseline import PlainDuckDB
-from benchmarks.attacks.fixtures import DEFAULT_BUDGET, GAUSSIAN, Budget, Column, Table, open_session, write_dataset
+from benchmarks.attacks.fixtures import DEFAULT_BUDGET, GAUSSIAN, Budget, Table, column, open_session, write_dataset
 from benchmarks.attacks.sampling import Measured, Release, measure, sample_releases
+from benchmarks.attacks.script import options, scratch
 from benchmarks.attacks.stats import epsilon_lower_bound, zcdp_epsilon
 from dpsql.mechanisms import GaussianMechanism, LaplaceMechanism
 from dpsql.noise import InsecureSeededRandomForTests
@@ -42,7 +41,7 @@ EPSILON = 1.0  # of every audited query
 GAUSSIAN_DELTA = 0.01
 MAX_ROWS = 3
 LOWER, UPPER = -20.0, 10.0
-TABLE = Table("audit", "uid", (Column("uid", "int"), Column("g", "text"), Column("x", "float", LOWER, UPPER)),
+TABLE = Table("audit", "uid", (column("uid", "int"), column("g", "text"), column("x", "float", LOWER, UPPER)),
               MAX_ROWS)
 MECHANISMS = {"laplace": DEFAULT_BUDGET, "gaussian": GAUSSIAN}
 
@@ -306,21 +305,17 @@ def end_to_end(neighbours: Neighbours, executions: int, draws: int, seed: int) -
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--draws", type=int, default=100000, help="per dataset")
-    parser.add_argument("--executions", type=int, default=500, help="end to end, per dataset")
-    parser.add_argument("--seed", type=int, default=17)
-    args = parser.parse_args()
+    args = options(__doc__, draws=100000, executions=500, seed=17)  # draws: per dataset; executions: end to end
     print("empirical DP audit: lower bounds on epsilon (95% confidence) against the claim")
-    with tempfile.TemporaryDirectory() as folder:
-        e2e = end_to_end(load(Path(folder), CASES[0], "laplace", args.seed), args.executions, args.draws, args.seed)
-        print(f"  end to end, {CASES[0].kind}, laplace: {e2e.executions} executions per dataset; KS p-values against "
-              f"the batched release {e2e.pvalues[0]:.3f} (D), {e2e.pvalues[1]:.3f} (D'); epsilon >= "
-              f"{e2e.witness.epsilon:.3f}, claimed {e2e.claim.epsilon:g}")
+    with scratch() as folder:
+        e2e = end_to_end(load(folder, CASES[0], "laplace", args.seed), args.executions, args.draws, args.seed)
+    print(f"  end to end, {CASES[0].kind}, laplace: {e2e.executions} executions per dataset; KS p-values against "
+          f"the batched release {e2e.pvalues[0]:.3f} (D), {e2e.pvalues[1]:.3f} (D'); epsilon >= "
+          f"{e2e.witness.epsilon:.3f}, claimed {e2e.claim.epsilon:g}")
     for case in CASES + MORE_CASES:
         for mechanism in MECHANISMS:
-            with tempfile.TemporaryDirectory() as folder:
-                neighbours = load(Path(folder), case, mechanism, args.seed)
+            with scratch() as folder:
+                neighbours = load(folder, case, mechanism, args.seed)
                 print(audit(neighbours, args.draws, args.seed).line(), flush=True)
                 for name in broken_variants(case):
                     plan, rows = BROKEN[name](neighbours)

@@ -11,8 +11,6 @@ the mean of many noisy "how many smokers" answers, minus that, rounds to the bit
 
 from __future__ import annotations
 
-import argparse
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +19,7 @@ import numpy as np
 from benchmarks.attacks.fixtures import Budget, open_session
 from benchmarks.attacks.people import Worlds, balanced_game, write_worlds
 from benchmarks.attacks.sampling import Measured, measure, scalar_outputs
+from benchmarks.attacks.script import options, scratch
 from benchmarks.attacks.stats import Proportion, success_bound
 from dpsql.errors import BudgetExhausted
 from dpsql.noise import InsecureSeededRandomForTests
@@ -118,17 +117,10 @@ def write_budgeted_worlds(folder: Path, people: int, budget: float, seed: int) -
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--people", type=int, default=200)
-    parser.add_argument("--epsilon", type=float, default=1 / 8, help="of each query (a power of two is exact)")
-    parser.add_argument("--budget", type=float, default=1.0)
-    parser.add_argument("--rounds", type=int, default=5000)
-    parser.add_argument("--uncharged-rounds", type=int, default=200)
-    parser.add_argument("--uncharged-answers", type=int, default=4000)
-    parser.add_argument("--seed", type=int, default=5)
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as folder:
-        worlds = write_budgeted_worlds(Path(folder), args.people, args.budget, args.seed)
+    args = options(__doc__, people=200, epsilon=1 / 8, budget=1.0, rounds=5000, uncharged_rounds=200,
+                   uncharged_answers=4000, seed=5)
+    with scratch() as folder:
+        worlds = write_budgeted_worlds(folder, args.people, args.budget, args.seed)
         report = attack(worlds, args.epsilon, args.budget, args.rounds, args.uncharged_rounds,
                         args.uncharged_answers, args.seed)
     print("\n".join(report.lines()))

@@ -15,34 +15,32 @@ from pathlib import Path
 from typing import Any
 
 from dpsql.noise import InsecureSeededRandomForTests
+from dpsql.policy import ColumnPolicy, ColumnType
 from dpsql.session import PrivateSession
 
 
-@dataclass(frozen=True)
-class Column:
-    name: str
-    type: str
-    lower: float | None = None
-    upper: float | None = None
-    values: tuple[Any, ...] | None = None
-    nullable: bool = True
+def column(name: str, type: str, lower: float | None = None, upper: float | None = None,
+           values: tuple[Any, ...] | None = None, nullable: bool = True) -> ColumnPolicy:
+    """A column declaration, as dpsql's own ColumnPolicy."""
+    return ColumnPolicy(name, ColumnType(type), lower, upper, values, nullable)
 
-    def toml(self) -> str:
-        keys: dict[str, Any] = {"type": self.type}
-        if self.lower is not None:
-            keys |= {"lower": self.lower, "upper": self.upper}
-        if self.values is not None:
-            keys["values"] = list(self.values)
-        if not self.nullable:
-            keys["nullable"] = False
-        return "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in keys.items()) + " }"
+
+def _column_toml(column: ColumnPolicy) -> str:
+    keys: dict[str, Any] = {"type": column.type.value}
+    if column.lower is not None:
+        keys |= {"lower": column.lower, "upper": column.upper}
+    if column.values is not None:
+        keys["values"] = list(column.values)
+    if not column.nullable:
+        keys["nullable"] = False
+    return "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in keys.items()) + " }"
 
 
 @dataclass(frozen=True)
 class Table:
     name: str
     unit: str
-    columns: tuple[Column, ...]
+    columns: tuple[ColumnPolicy, ...]
     max_rows: int = 1
 
     @property
@@ -81,7 +79,7 @@ def write_dataset(folder: Path, table: Table, rows: Iterable[Sequence[Any]], bud
         writer.writerows([_csv(v) for v in row] for row in rows)
     lines = [*budget.toml(), "", f"[tables.{table.name}]", f"source = {json.dumps(data.name)}",
              f"privacy_unit = {json.dumps(table.unit)}", f"max_rows_per_unit = {table.max_rows}", "",
-             f"[tables.{table.name}.columns]", *(f"{c.name} = {c.toml()}" for c in table.columns)]
+             f"[tables.{table.name}.columns]", *(f"{c.name} = {_column_toml(c)}" for c in table.columns)]
     policy = folder / "policy.toml"
     policy.write_text("\n".join(lines) + "\n")
     return policy

@@ -17,18 +17,17 @@ the distinguisher is reduced to the coin.
 
 from __future__ import annotations
 
-import argparse
 import math
 import random
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks.attacks.fixtures import Column, Table, open_session, write_dataset
+from benchmarks.attacks.fixtures import Table, column, open_session, write_dataset
 from benchmarks.attacks.sampling import measure, scalar_outputs
+from benchmarks.attacks.script import options, scratch
 from benchmarks.attacks.stats import Proportion, success_bound
 from dpsql.noise import InsecureSeededRandomForTests
 
@@ -95,7 +94,7 @@ def textbook_samples(epsilon: float, per_value: int, seed: int) -> dict[int, np.
     return {x: x + rng.laplace(0.0, 1 / epsilon, size=per_value) for x in (0, 1)}
 
 
-FLAGS = Table("flags", "pid", (Column("pid", "int"), Column("flag", "bool")))
+FLAGS = Table("flags", "pid", (column("pid", "int"), column("flag", "bool")))
 COUNT_FLAGGED = "SELECT COUNT(*) FROM flags WHERE flag"
 
 
@@ -141,13 +140,9 @@ def attack(folder: Path, epsilon: float, per_value: int, seed: int) -> FloatingP
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epsilon", type=float, default=0.1)
-    parser.add_argument("--samples", type=int, default=20000, help="per true value")
-    parser.add_argument("--seed", type=int, default=2012)
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as folder:
-        print("\n".join(attack(Path(folder), args.epsilon, args.samples, args.seed).lines()))
+    args = options(__doc__, epsilon=0.1, samples=20000, seed=2012)  # samples: per true value
+    with scratch() as folder:
+        print("\n".join(attack(folder, args.epsilon, args.samples, args.seed).lines()))
 
 
 if __name__ == "__main__":

@@ -12,11 +12,9 @@ that read something else, or a crash (any other exception: a traceback, or exit 
 
 from __future__ import annotations
 
-import argparse
 import math
 import random
 import sqlite3
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -28,8 +26,9 @@ from typing import Any
 from click.testing import CliRunner
 from sqlglot import exp, parse_one
 
-from benchmarks.attacks.fixtures import Budget, Column, Table, open_session, write_dataset
+from benchmarks.attacks.fixtures import Budget, Table, column, open_session, write_dataset
 from benchmarks.attacks.fuzz_grammar import cases
+from benchmarks.attacks.script import options, scratch
 from dpsql.cli import main as cli
 from dpsql.errors import Error
 from dpsql.rewrite import prepared_table, rewrite
@@ -40,10 +39,25 @@ ODD_EPSILONS: tuple[Any, ...] = (0, -1, math.nan, math.inf, 1e-320, 5e-324, 1e-3
                                  True, None, 0.5)
 ODD_PARAMETERS: tuple[Any, ...] = (1, -1, 0.5, math.nan, math.inf, "a", "'; DROP TABLE f; --", None, True, b"x",
                                    2**70, {"a": 1}, [1], "\x00", "ü")
+@dataclass(frozen=True)
+class Case:
+    sql: str
+    parameters: Any = None
+    epsilon: Any = EPSILON
+
+
+EDGE_CASES = (  # found by the fuzzer, minimised: each must end as an answer with its charge or a free rejection
+    *(Case(sql, None, epsilon) for sql in ("SELECT COUNT(*) FROM f", "SELECT AVG(x) FROM f")
+      for epsilon in ODD_EPSILONS),
+    Case("SELECT COUNT(*) FROM f LIMIT 99999999999999999999"),
+    Case("SELECT COUNT(*) FROM f ORDER BY 1e308"),
+    Case("SELECT COUNT(*) FROM f HAVING AVG(x) > 1e - 308"),
+    Case("SELECT COUNT(*) FROM f WHERE note LIKE 'a' ESCAPE 'ab'"),
+)
 TABLE = Table("f", "uid", (
-    Column("uid", "int"), Column("g", "text", values=("a", "b", "c")), Column("h", "text"),
-    Column("x", "float", -10.0, 10.0), Column("k", "int", 0.0, 100.0), Column("flag", "bool"), Column("d", "date"),
-    Column("note", "text")), max_rows=3)
+    column("uid", "int"), column("g", "text", values=("a", "b", "c")), column("h", "text"),
+    column("x", "float", -10.0, 10.0), column("k", "int", 0.0, 100.0), column("flag", "bool"), column("d", "date"),
+    column("note", "text")), max_rows=3)
 
 
 def write_fuzz_table(folder: Path, seed: int = 0) -> Path:
@@ -53,13 +67,6 @@ def write_fuzz_table(folder: Path, seed: int = 0) -> Path:
              r.choice([True, False, None]), r.choice(["2023-05-01", "2024-02-29", None]),
              r.choice(["alpha", "beta", "a%b", "it's", "ü", None])) for _ in range(200)]
     return write_dataset(folder, TABLE, rows, Budget(epsilon=1e9, query_epsilon=EPSILON))
-
-
-@dataclass(frozen=True)
-class Case:
-    sql: str
-    parameters: Any = None
-    epsilon: Any = EPSILON
 
 
 def with_inputs(queries: Sequence[str], rng: random.Random) -> list[Case]:
@@ -192,15 +199,20 @@ def fuzz_cli(folder: Path, n: int, seed: int) -> Summary:
     return fuzz(lambda case: run_cli(policy, case), with_inputs(cases(rng, n), rng))
 
 
+def fuzz_edges(folder: Path, seed: int) -> Summary:
+    session = open_session(write_fuzz_table(folder, seed), seed, "edges")
+    try:
+        return fuzz(lambda case: run_session(session, case), EDGE_CASES)
+    finally:
+        session.close()
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", type=int, default=5000, help="through PrivateSession.execute")
-    parser.add_argument("--cli-cases", type=int, default=500, help="through the dpsql command")
-    parser.add_argument("--seed", type=int, default=31)
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as folder:
-        print("fuzz, PrivateSession.execute:", fuzz_session(Path(folder) / "session", args.cases, args.seed).report())
-        print("fuzz, dpsql query:", fuzz_cli(Path(folder) / "cli", args.cli_cases, args.seed + 1).report())
+    args = options(__doc__, cases=5000, cli_cases=500, seed=31)
+    with scratch() as folder:
+        print("fuzz, minimised edge cases:", fuzz_edges(folder / "edges", args.seed).report())
+        print("fuzz, PrivateSession.execute:", fuzz_session(folder / "session", args.cases, args.seed).report())
+        print("fuzz, dpsql query:", fuzz_cli(folder / "cli", args.cli_cases, args.seed + 1).report())
 
 
 if __name__ == "__main__":

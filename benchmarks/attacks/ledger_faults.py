@@ -8,55 +8,37 @@
   the query in flight), and the ledger must open, pass SQLite's integrity check and sum correctly afterwards.
 - Read-only or missing ledger locations: the query must be refused (no answer) rather than answered for free.
 
-A worker prints one line per attempt: "ANSWER <value>" after `execute` returned, or "REFUSED" for
-BudgetExhausted; it flushes each line, so what the parent read is exactly what was released.
+The spending processes are ledger_worker.py's: one flushed line per attempt, so what the parent read before a
+kill is exactly what was released.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import signal
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-from benchmarks.attacks.fixtures import Budget, Column, Table, open_session, write_dataset
-from dpsql.errors import BudgetExhausted
+from benchmarks.attacks.fixtures import Budget, Table, column, open_session, write_dataset
+from benchmarks.attacks.ledger_worker import QUERY, command
+from benchmarks.attacks.script import options, scratch
 from dpsql.ledger import BudgetLedger
 from dpsql.policy import load_policy
 
 ROOT = Path(__file__).resolve().parents[2]
-QUERY = "SELECT COUNT(*) FROM people WHERE smoker"
-PEOPLE = Table("people", "pid", (Column("pid", "int"), Column("smoker", "bool")))
+PEOPLE = Table("people", "pid", (column("pid", "int"), column("smoker", "bool")))
 NOBODY = 65534
 
 
 def write_people(folder: Path, budget: Budget) -> Path:
     return write_dataset(folder, PEOPLE, [(pid, pid % 3 == 0) for pid in range(200)], budget)
-
-
-def worker(policy: Path, analyst: str, attempts: int, epsilon: float, seed: int) -> None:
-    session = open_session(policy, seed, analyst)
-    for _ in range(attempts):
-        try:
-            value = session.execute(QUERY, epsilon=epsilon).rows[0][0]
-        except BudgetExhausted:
-            print("REFUSED", flush=True)
-            continue
-        print(f"ANSWER {value}", flush=True)
-
-
-def _worker_command(policy: Path, analyst: str, attempts: int, epsilon: float, seed: int) -> list[str]:
-    return [sys.executable, "-m", "benchmarks.attacks.ledger_faults", "worker", "--policy", str(policy),
-            "--analyst", analyst, "--attempts", str(attempts), "--epsilon", repr(epsilon), "--seed", str(seed)]
 
 
 @dataclass(frozen=True)
@@ -111,7 +93,7 @@ class Concurrency:
 
 
 def spend_concurrently(policy: Path, processes: int, attempts: int, epsilon: float) -> Concurrency:
-    children = [subprocess.Popen(_worker_command(policy, f"worker{i}", attempts, epsilon, i), cwd=ROOT,
+    children = [subprocess.Popen(command(policy, f"worker{i}", attempts, epsilon, i), cwd=ROOT,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(processes)]
     lines = []
     for child in children:
@@ -173,7 +155,7 @@ def kill_at_random(policy: Path, kills: int, max_delay: float, seed: int) -> Kil
     results = []
     for i in range(kills):
         analyst = f"killed{i}"
-        child = subprocess.Popen(_worker_command(policy, analyst, 10**6, 0.001, i), cwd=ROOT,
+        child = subprocess.Popen(command(policy, analyst, 10**6, 0.001, i), cwd=ROOT,
                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         delay = chooser.uniform(0.0, max_delay)
         time.sleep(delay)
@@ -223,8 +205,7 @@ def readonly_cases() -> list[Refusal]:
 
     The files live in a fresh folder under the system's temporary directory, readable by all, because the
     unprivileged process must reach them (pytest's own temporary folders are private to their owner)."""
-    with tempfile.TemporaryDirectory() as top:
-        folder = Path(top)
+    with scratch() as folder:
         folder.chmod(0o755)
         try:
             return _readonly_cases(folder)
@@ -272,36 +253,20 @@ def write_ledger_charge(policy: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command")
-    run = sub.add_parser("worker", help="answer queries in a loop, one line per attempt")
-    run.add_argument("--policy", type=Path, required=True)
-    run.add_argument("--analyst", required=True)
-    run.add_argument("--attempts", type=int, required=True)
-    run.add_argument("--epsilon", type=float, required=True)
-    run.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--processes", type=int, default=8)
-    parser.add_argument("--attempts", type=int, default=40)
-    parser.add_argument("--kills", type=int, default=100)
-    parser.add_argument("--seed", type=int, default=29)
-    args = parser.parse_args()
-    if args.command == "worker":
-        worker(args.policy, args.analyst, args.attempts, args.epsilon, args.seed)
-        return
+    args = options(__doc__, processes=8, attempts=40, kills=100, seed=29)
     print("ledger under faults")
-    with tempfile.TemporaryDirectory() as folder:
+    with scratch() as folder:
         capacity = args.processes * args.attempts // 2  # half the attempts must be refused
-        policy = write_people(Path(folder) / "spend", Budget(epsilon=capacity / 8, query_epsilon=0.125))
+        policy = write_people(folder / "spend", Budget(epsilon=capacity / 8, query_epsilon=0.125))
         print(spend_concurrently(policy, args.processes, args.attempts, 0.125).line("workers"))
-        policy = write_people(Path(folder) / "cli", Budget(epsilon=1.0))
+        policy = write_people(folder / "cli", Budget(epsilon=1.0))
         figures, codes = cli_concurrently(policy, args.processes, 0.25)
         print(figures.line("dpsql query") + f"; exit codes {sorted(codes)}")
-        policy = write_people(Path(folder) / "kill", Budget(epsilon=1e6))
+        policy = write_people(folder / "kill", Budget(epsilon=1e6))
         print(kill_at_random(policy, args.kills, 2.5, args.seed).line())
-        for refusal in readonly_cases():
-            print(f"  {refusal.case}: exit {refusal.exit_code}, answered {refusal.answered}, charges "
-                  f"{refusal.charges_before} -> {refusal.charges_after}: {refusal.message}")
-
+    for refusal in readonly_cases():
+        print(f"  {refusal.case}: exit {refusal.exit_code}, answered {refusal.answered}, charges "
+              f"{refusal.charges_before} -> {refusal.charges_after}: {refusal.message}")
 
 if __name__ == "__main__":
     main()

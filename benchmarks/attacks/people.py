@@ -19,11 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.attacks.fixtures import DEFAULT_BUDGET, Budget, Column, Table, write_dataset
+from benchmarks.attacks.fixtures import DEFAULT_BUDGET, Budget, Table, column, write_dataset
 from benchmarks.attacks.stats import Proportion
 
 TARGET = 0
-PEOPLE = Table("people", "pid", (Column("pid", "int"), Column("smoker", "bool")))
+PEOPLE = Table("people", "pid", (column("pid", "int"), column("smoker", "bool")))
 
 
 @dataclass(frozen=True)

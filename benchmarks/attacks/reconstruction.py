@@ -13,9 +13,7 @@ disjoint (parallel composition): one answer gives every trial its noisy subset c
 
 from __future__ import annotations
 
-import argparse
 import math
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +21,8 @@ import numpy as np
 from scipy.stats import t as student
 
 from benchmarks.attacks.baseline import PlainDuckDB
-from benchmarks.attacks.fixtures import Budget, Column, Table, open_session, write_dataset
+from benchmarks.attacks.fixtures import Budget, Table, column, open_session, write_dataset
+from benchmarks.attacks.script import options, scratch
 from benchmarks.attacks.stats import CONFIDENCE, Proportion, hoeffding_lower, success_bound
 from dpsql.errors import BudgetExhausted
 
@@ -50,8 +49,8 @@ def write_population(folder: Path, people: int, trials: int, queries: int, budge
     rng = np.random.default_rng(seed)
     secrets = rng.integers(0, 2, size=(trials, people))
     subsets = rng.integers(0, 2, size=(queries, people))
-    table = Table("recon", "uid", (Column("uid", "int"), Column("trial", "int", values=tuple(range(trials))),
-                                   Column("person", "int"), Column("secret", "bool")))
+    table = Table("recon", "uid", (column("uid", "int"), column("trial", "int", values=tuple(range(trials))),
+                                   column("person", "int"), column("secret", "bool")))
     rows = [(t * people + p, t, p, bool(secrets[t, p])) for t in range(trials) for p in range(people)]
     policy = write_dataset(folder, table, rows, Budget(epsilon=budget, query_epsilon=budget))
     return Population(policy, secrets, subsets)
@@ -148,15 +147,10 @@ def attack(population: Population, budget: float, seed: int) -> ReconstructionRe
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--people", type=int, default=128)
-    parser.add_argument("--trials", type=int, default=500)
-    parser.add_argument("--budgets", type=float, nargs="+", default=[1.0, 4.0, 16.0, 64.0, 256.0])
-    parser.add_argument("--seed", type=int, default=7)
-    args = parser.parse_args()
+    args = options(__doc__, people=128, trials=500, budgets=[1.0, 4.0, 16.0, 64.0, 256.0], seed=7)
     for budget in args.budgets:
-        with tempfile.TemporaryDirectory() as folder:
-            population = write_population(Path(folder), args.people, args.trials, 2 * args.people, budget, args.seed)
+        with scratch() as folder:
+            population = write_population(folder, args.people, args.trials, 2 * args.people, budget, args.seed)
             print("\n".join(attack(population, budget, args.seed).lines()))
 
 

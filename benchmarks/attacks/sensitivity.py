@@ -10,10 +10,8 @@ in numeric columns, NULL in the unit column, a unit with very many rows, empty t
 
 from __future__ import annotations
 
-import argparse
 import math
 import random
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +19,9 @@ from typing import Any
 
 import duckdb
 
-from benchmarks.attacks.fixtures import DEFAULT_BUDGET, Budget, Column, Table, open_session, write_dataset
+from benchmarks.attacks.fixtures import DEFAULT_BUDGET, Budget, Table, column, open_session, write_dataset
 from benchmarks.attacks.sampling import measure
+from benchmarks.attacks.script import options, scratch
 from dpsql.mechanisms import GaussianMechanism
 from dpsql.plan import QueryPlan
 
@@ -50,8 +49,8 @@ INT_BOUNDS = ((-1e14, 1e14), (0.0, 100.0), (-3.0, 7.0))
 
 def table(x_bounds: tuple[float, float], k_bounds: tuple[float, float], max_rows: int) -> Table:
     return Table("t", "uid", (
-        Column("uid", "int"), Column("g", "text", values=("a", "b")), Column("h", "text"), Column("flag", "bool"),
-        Column("x", "float", *x_bounds), Column("k", "int", *k_bounds)), max_rows)
+        column("uid", "int"), column("g", "text", values=("a", "b")), column("h", "text"), column("flag", "bool"),
+        column("x", "float", *x_bounds), column("k", "int", *k_bounds)), max_rows)
 
 
 @dataclass(frozen=True)
@@ -137,18 +136,14 @@ def random_dataset(chooser: random.Random) -> tuple[Table, list[tuple], Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--datasets", type=int, default=300)
-    parser.add_argument("--heavy-rows", type=int, default=1_000_000)
-    parser.add_argument("--seed", type=int, default=23)
-    args = parser.parse_args()
+    args = options(__doc__, datasets=300, heavy_rows=1_000_000, seed=23)
     chooser = random.Random(args.seed)
     checked, failures, worst = 0, [], 0.0
-    with tempfile.TemporaryDirectory() as folder:
+    with scratch() as folder:
         for i in range(args.datasets):
             spec, rows, removed = random_dataset(chooser)
             sql = chooser.choice(QUERIES)
-            for change in neighbour_changes(Path(folder) / str(i), spec, rows, removed, sql, seed=i):
+            for change in neighbour_changes(folder / str(i), spec, rows, removed, sql, seed=i):
                 checked += 1
                 worst = max(worst, change.l1 / change.sensitivity if change.sensitivity else 0.0)
                 if not change.holds:
@@ -156,7 +151,7 @@ def main() -> None:
         print(f"sensitivity: {args.datasets} random awkward datasets, {checked} measurements checked, "
               f"largest change / sensitivity {worst:.3f}, {len(failures)} violations")
         print("\n".join(f"  VIOLATION {f}" for f in failures[:20]))
-        heavy = heavy_unit_changes(Path(folder) / "heavy", args.heavy_rows)
+        heavy = heavy_unit_changes(folder / "heavy", args.heavy_rows)
         bad = [f"{sql}: {c}" for sql, c in heavy if not c.holds]
         print(f"  a unit with {args.heavy_rows} rows: {len(heavy)} measurements, {len(bad)} violations, largest "
               f"change {max(c.l1 for _, c in heavy)} (sensitivities up to {max(c.sensitivity for _, c in heavy)})")

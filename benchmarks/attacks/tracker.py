@@ -12,8 +12,6 @@ rounds also go end to end through `PrivateSession.execute` to show that each gue
 
 from __future__ import annotations
 
-import argparse
-import tempfile
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -24,6 +22,7 @@ from benchmarks.attacks.baseline import PlainDuckDB
 from benchmarks.attacks.fixtures import open_session
 from benchmarks.attacks.people import TARGET, Worlds, balanced_game, write_worlds
 from benchmarks.attacks.sampling import measure, scalar_outputs
+from benchmarks.attacks.script import options, scratch
 from benchmarks.attacks.stats import Proportion, success_bound
 from dpsql.noise import InsecureSeededRandomForTests
 
@@ -114,17 +113,10 @@ def _end_to_end(sessions: list, epsilon: float, rounds: int, seed: int) -> EndTo
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--people", type=int, default=100)
-    parser.add_argument("--epsilon", type=float, default=0.5, help="of each of the two queries")
-    parser.add_argument("--rounds", type=int, default=20000)
-    parser.add_argument("--end-to-end", type=int, default=50)
-    parser.add_argument("--seed", type=int, default=3)
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as folder:
-        worlds = write_worlds(Path(folder), args.people, args.seed)
-        report = attack(worlds, args.epsilon, args.rounds, args.end_to_end, args.seed)
-    print("\n".join(report.lines()))
+    args = options(__doc__, people=100, epsilon=0.5, rounds=20000, end_to_end=50, seed=3)
+    with scratch() as folder:
+        worlds = write_worlds(folder, args.people, args.seed)
+        print("\n".join(attack(worlds, args.epsilon, args.rounds, args.end_to_end, args.seed).lines()))
 
 
 if __name__ == "__main__":

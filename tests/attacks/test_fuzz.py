@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.attacks.fuzz import Summary, fuzz_cli, fuzz_session
+from benchmarks.attacks.fuzz import EDGE_CASES, Summary, fuzz_cli, fuzz_edges, fuzz_session
 
 SESSION_CASES, CLI_CASES, SEED = 300, 40, 31
 
@@ -30,3 +30,15 @@ def test_fuzz_reaches_answers_and_rejections(runs, interface: str) -> None:
 def test_fuzz_finds_no(runs, interface: str, kind: str) -> None:
     summary = runs[interface]
     assert not summary.violations(kind), summary.report()
+
+
+@pytest.fixture(scope="module")
+def edges(tmp_path_factory: pytest.TempPathFactory) -> Summary:
+    return fuzz_edges(tmp_path_factory.mktemp("edges"), SEED)
+
+
+@pytest.mark.parametrize("index", range(len(EDGE_CASES)),
+                         ids=[f"{c.sql} [epsilon={c.epsilon!r}]" for c in EDGE_CASES])
+def test_a_minimised_edge_case_is_answered_with_its_charge_or_refused_for_free(edges, index: int) -> None:
+    outcome = edges.outcomes[index]
+    assert not outcome.violation, f"{outcome.signature}\n  sql={outcome.case.sql!r} epsilon={outcome.case.epsilon!r}"

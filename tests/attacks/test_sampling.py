@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 from scipy.stats import ks_2samp
 
-from benchmarks.attacks.fixtures import Column, Table, open_session, write_dataset
+from benchmarks.attacks.fixtures import Table, column, open_session, write_dataset
 from benchmarks.attacks.sampling import measure, sample_releases
 from dpsql.noise import InsecureSeededRandomForTests
 from dpsql.release import release
 
 SIGNIFICANCE = 0.01
-TABLE = Table("t", "uid", (Column("uid", "int"), Column("g", "text", values=("a", "b", "c")),
-                           Column("x", "float", lower=0, upper=10)), max_rows=2)
+TABLE = Table("t", "uid", (column("uid", "int"), column("g", "text", values=("a", "b", "c")),
+                           column("x", "float", lower=0, upper=10)), max_rows=2)
 QUERIES = ["SELECT AVG(x) FROM t", "SELECT g, COUNT(*), SUM(x) FROM t GROUP BY g"]
 
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from benchmarks.attacks.fixtures import DEFAULT_BUDGET, GAUSSIAN, Column, Table, open_session, write_dataset
+from benchmarks.attacks.fixtures import DEFAULT_BUDGET, GAUSSIAN, Table, column, open_session, write_dataset
 from benchmarks.attacks.sampling import measure
 from benchmarks.attacks.sensitivity import (
     EDGE_FLOATS,
@@ -79,7 +79,7 @@ def test_nan_in_a_column_declared_not_nullable_drops_the_row(tmp_path: Path) -> 
     """policy.ColumnPolicy: "nullable = false: rows with NULL (or NaN) here are dropped when the table is loaded".
     Fails today: the loader tests the raw column for NULL before it turns NaN into NULL, so the row stays, its
     value NULL; COUNT(x) is then planned as COUNT(*) and AVG(x) divides by rows that have no value."""
-    spec = Table("t", "uid", (Column("uid", "int"), Column("x", "float", 0.0, 10.0, nullable=False)))
+    spec = Table("t", "uid", (column("uid", "int"), column("x", "float", 0.0, 10.0, nullable=False)))
     session = open_session(write_dataset(tmp_path, spec, [(u, math.nan if u % 2 else 10.0) for u in range(20)]), 1)
     try:
         assert measure(session, "SELECT COUNT(*) FROM t", epsilon=1.0).rows == [(10,)]
