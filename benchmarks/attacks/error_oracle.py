@@ -60,7 +60,8 @@ PROBES = (  # row-level expressions that might fail on some values; each goes in
 class OracleOutcome:
     name: str
     game: Proportion  # rounds of the balanced game, each one query end to end
-    failures_charged: bool  # whether the ledger charged the failed queries
+    failures: int  # queries that failed (ExecutionFailed)
+    failures_charged: int  # of which the ledger charged
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ class ErrorOracleReport:
     def lines(self) -> list[str]:
         return [f"error oracle: one query at epsilon {self.epsilon:g} per guess "
                 f"(DP bound on success {success_bound(self.epsilon):.4f})",
-                *(f"  {o.name}: success {o.game}; failed queries charged: {o.failures_charged}"
+                *(f"  {o.name}: success {o.game}; {o.failures} queries failed, {o.failures_charged} of them charged"
                   for o in self.outcomes)]
 
 
@@ -96,7 +97,7 @@ def attack(worlds: Worlds, epsilon: float, rounds: int, seed: int) -> ErrorOracl
                 return np.array(out, dtype=int)
 
             game = balanced_game(rounds, seed, guesses)
-            outcomes.append(OracleOutcome(name, game, bool(charged) and all(charged)))
+            outcomes.append(OracleOutcome(name, game, len(charged), sum(charged)))
     finally:
         for session in sessions:
             session.close()

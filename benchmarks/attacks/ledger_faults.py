@@ -143,7 +143,7 @@ class Kills:
 
     def line(self) -> str:
         delays = [k.delay for k in self.kills]
-        return (f"  SIGKILL: {len(self.kills)} kills after {min(delays):.2f}..{max(delays):.2f} s, "
+        return (f"  SIGKILL: {len(self.kills)} kills (delays {min(delays):.2f}..{max(delays):.2f} s), "
                 f"{sum(k.answers for k in self.kills)} answers released, {self.ledger.charges} charges; answers "
                 f"without a charge {self.unpaid_answers}, charges beyond answers + 1 in flight "
                 f"{self.extra_charges}; ledger {self.ledger.integrity}, sums "
@@ -151,18 +151,26 @@ class Kills:
 
 
 def kill_at_random(policy: Path, kills: int, max_delay: float, seed: int) -> Kills:
+    """Odd kills land at a random time after the start (start-up, loading, the first queries); even kills wait
+    for the first answer and land at a random time within the next few queries, so that however slow the
+    machine, some kills hit the charge-then-release loop."""
     chooser = random.Random(seed)
     results = []
     for i in range(kills):
         analyst = f"killed{i}"
         child = subprocess.Popen(command(policy, analyst, 10**6, 0.001, i), cwd=ROOT,
                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        delay = chooser.uniform(0.0, max_delay)
+        first = ""
+        if i % 2 == 0:
+            first = child.stdout.readline()
+            delay = chooser.uniform(0.0, 0.2)
+        else:
+            delay = chooser.uniform(0.0, max_delay)
         time.sleep(delay)
         child.send_signal(signal.SIGKILL)
         out, _ = child.communicate()
         state = inspect(policy)
-        results.append(Kill(delay, out.split().count("ANSWER"), state.per_analyst.get(analyst, 0)))
+        results.append(Kill(delay, (first + out).split().count("ANSWER"), state.per_analyst.get(analyst, 0)))
     return Kills(results, inspect(policy))
 
 
