@@ -8,6 +8,7 @@ can never reveal anything about it.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -62,7 +63,7 @@ class AggregateCall:
     nullable: bool  # whether the argument can be NULL on some row
     text: str
 
-    @property
+    @functools.cached_property
     def key(self) -> tuple[str, str]:
         return self.kind.value, self.argument.sql(DIALECT) if self.argument is not None else ""
 
@@ -235,7 +236,7 @@ def _number(text: str) -> int | float:
 def _outer_query(tree: exp.Select, table: TablePolicy, keys: tuple[GroupKey, ...],
                  aggregates: list[AggregateCall]) -> exp.Select:
     """Rewrite the SELECT into post-processing over __noisy: aggregates and group keys become columns."""
-    key_index = {k.expression.sql(DIALECT): i for i, k in enumerate(keys)}
+    key_index = {k.expression: i for i, k in enumerate(keys)}
     aliases = [item.alias for item in tree.expressions]
     select_items = []
     for i, item in enumerate(tree.expressions):
@@ -263,40 +264,40 @@ def _outer_query(tree: exp.Select, table: TablePolicy, keys: tuple[GroupKey, ...
         node = tree.args.get(clause)
         if node is not None:
             value = node.expression if isinstance(node, exp.Limit | exp.Offset) else node
-            if not (isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit()):
-                raise QueryRejected(f"{clause.upper()} must be a whole number")
+            if not (isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit()
+                    and int(value.this) < 2**62):
+                raise QueryRejected(f"{clause.upper()} must be a whole number below 2^62")
             outer.set(clause, node.copy())
     return outer
 
 
-def _replace_private(node: exp.Expression, table: TablePolicy, key_index: dict[str, int],
+def _replace_private(node: exp.Expression, table: TablePolicy, key_index: dict[exp.Expression, int],
                      aggregates: list[AggregateCall], context: str) -> exp.Expression:
-    text = node.sql(DIALECT)
-    if text in key_index:
-        return exp.column(f"{KEY_PREFIX}{key_index[text]}")
-    if isinstance(node, exp.AggFunc | exp.Filter):
-        call = _aggregate(node, table, context)
-        keys = [a.key for a in aggregates]
-        if call.key not in keys:
-            aggregates.append(call)
-            keys.append(call.key)
-        return exp.column(f"{AGG_PREFIX}{keys.index(call.key)}")
-    if isinstance(node, exp.Column):
-        raise QueryRejected(f"{context}: column '{node.name}' is used outside an aggregate but is not a GROUP BY "
-                            "key: only aggregates and group keys can be released")
-    if isinstance(node, exp.Window):
-        raise QueryRejected(f"{context}: window functions are not supported")
-    if isinstance(node, exp.Subquery | exp.Query):
-        raise QueryRejected(f"{context}: subqueries are not supported")
-    if type(node) not in ROW_NODES and not isinstance(node, exp.Ordered):
-        raise QueryRejected(f"{context}: {describe(node)} is not in the list of vetted SQL functions")
-    result = node.copy()
-    for arg, value in node.args.items():
-        if isinstance(value, exp.Expression):
-            result.set(arg, _replace_private(value, table, key_index, aggregates, context))
-        elif isinstance(value, list):
-            result.set(arg, [_replace_private(v, table, key_index, aggregates, context)
-                             if isinstance(v, exp.Expression) else v for v in value])
+    """A copy of `node` where group keys and aggregates are columns of __noisy; anything else that would read
+    a private row is refused. Keys match structurally, the largest matching subtree first (pre-order)."""
+    def swap(part: exp.Expression) -> exp.Expression:
+        if part in key_index:
+            return exp.column(f"{KEY_PREFIX}{key_index[part]}")
+        if isinstance(part, exp.AggFunc | exp.Filter):
+            call = _aggregate(part, table, context)
+            keys = [a.key for a in aggregates]
+            if call.key not in keys:
+                aggregates.append(call)
+                keys.append(call.key)
+            return exp.column(f"{AGG_PREFIX}{keys.index(call.key)}")
+        return part
+
+    result = node.copy().transform(swap, copy=False)
+    for part in result.walk():
+        if isinstance(part, exp.Column) and not part.name.startswith((KEY_PREFIX, AGG_PREFIX)):
+            raise QueryRejected(f"{context}: column '{part.name}' is used outside an aggregate but is not a GROUP "
+                                "BY key: only aggregates and group keys can be released")
+        if isinstance(part, exp.Window):
+            raise QueryRejected(f"{context}: window functions are not supported")
+        if isinstance(part, exp.Subquery | exp.Query):
+            raise QueryRejected(f"{context}: subqueries are not supported")
+        if type(part) not in ROW_NODES and not isinstance(part, exp.Ordered):
+            raise QueryRejected(f"{context}: {describe(part)} is not in the list of vetted SQL functions")
     return result
 
 

@@ -13,9 +13,12 @@ half of the policy's delta going to that conversion and half to partition select
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import math
+import os
 import sqlite3
+import threading
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -35,7 +38,15 @@ CREATE TABLE IF NOT EXISTS charges (
     rho TEXT NOT NULL,
     query TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS totals (
+    scope TEXT PRIMARY KEY,  -- '*' for everyone, else the analyst's name
+    epsilon TEXT NOT NULL,
+    delta TEXT NOT NULL,
+    rho TEXT NOT NULL,
+    queries INTEGER NOT NULL
+);
 """
+_EVERYONE = "*"
 
 
 @dataclass(frozen=True)
@@ -87,58 +98,133 @@ def epsilon_of_rho(rho: Fraction, delta: Fraction) -> float:
     return float(rho) + 2 * math.sqrt(float(rho) * math.log(1 / float(delta)))
 
 
+@dataclass(frozen=True)
+class _Total:
+    epsilon: Fraction = Fraction(0)
+    delta: Fraction = Fraction(0)
+    rho: Fraction = Fraction(0)
+    queries: int = 0
+
+    def plus(self, cost: Cost) -> _Total:
+        return _Total(self.epsilon + cost.epsilon, self.delta + cost.delta, self.rho + cost.rho, self.queries + 1)
+
+
 class BudgetLedger:
+    """One process's handle on a ledger file, shared safely with every other process that opens it."""
+
     def __init__(self, path: Path, budget: BudgetPolicy) -> None:
         self.path = path
         self.budget = budget
+        self._lock = threading.Lock()
+        self._con: sqlite3.Connection | None = None
+        self._identity: tuple[int, int, int] | None = None
         if not path.parent.is_dir():
             raise LedgerError(f"budget ledger {path}: the folder {path.parent} does not exist; refusing to answer "
                               "without a ledger")
-        con = self._connect()
-        try:
-            con.executescript(_SCHEMA)
-            con.execute("INSERT OR IGNORE INTO meta VALUES ('accounting', ?)", (budget.accounting.value,))
-            stored = con.execute("SELECT value FROM meta WHERE key = 'accounting'").fetchone()[0]
-        except sqlite3.Error as exc:
-            raise LedgerError(f"budget ledger {path}: cannot be written ({exc}); refusing to answer") from None
-        finally:
-            con.close()
-        if stored != budget.accounting.value:
-            raise LedgerError(f"budget ledger {path} was started with {stored} accounting, but the policy now says "
-                              f"{budget.accounting.value}: use a new ledger")
+        if not path.exists():
+            self._create()
+        with self._lock:
+            stored = self._read(lambda con: con.execute("SELECT value FROM meta WHERE key = 'accounting'")
+                                .fetchone())
+        if stored is None or stored[0] != budget.accounting.value:
+            raise LedgerError(f"budget ledger {path} was started with {stored[0] if stored else 'no'} accounting, but "
+                              f"the policy now says {budget.accounting.value}: use a new ledger")
 
-    def _connect(self) -> sqlite3.Connection:
+    def _create(self) -> None:
+        """The only place a ledger file is created: afterwards a missing file is an error, never a fresh budget."""
         try:
-            con = sqlite3.connect(self.path, timeout=60, isolation_level=None)
-            con.execute("PRAGMA journal_mode = WAL")
-            con.execute("PRAGMA synchronous = FULL")
-            return con
+            con = sqlite3.connect(self.path, isolation_level=None)
+            try:
+                con.executescript(_SCHEMA)
+                con.execute("INSERT OR IGNORE INTO meta VALUES ('accounting', ?)", (self.budget.accounting.value,))
+            finally:
+                con.close()
         except sqlite3.Error as exc:
-            raise LedgerError(f"budget ledger {self.path}: cannot be opened ({exc}); refusing to answer") from None
+            raise LedgerError(f"budget ledger {self.path}: cannot be created ({exc}); refusing to answer") from None
+
+    def _connection(self) -> sqlite3.Connection:
+        """The open connection, reopened if the file was replaced or this is a forked child process."""
+        try:
+            stat = os.stat(self.path)
+        except OSError:
+            self._close()
+            raise LedgerError(f"budget ledger {self.path} has disappeared; refusing to answer") from None
+        identity = (stat.st_dev, stat.st_ino, os.getpid())
+        if self._con is None or identity != self._identity:
+            self._close()
+            try:
+                con = sqlite3.connect(f"file:{self.path}?mode=rw", uri=True, timeout=60, isolation_level=None,
+                                      check_same_thread=False)
+                con.execute("PRAGMA journal_mode = WAL")
+                con.execute("PRAGMA synchronous = FULL")  # a charge is on disk before its answer is released
+                con.executescript(_SCHEMA)
+            except sqlite3.Error as exc:
+                raise LedgerError(f"budget ledger {self.path}: cannot be opened ({exc}); refusing to answer") from None
+            self._con, self._identity = con, identity
+        return self._con
+
+    def _close(self) -> None:
+        if self._con is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._con.close()
+            self._con = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _read(self, work):
+        try:
+            return work(self._connection())
+        except sqlite3.Error as exc:
+            raise LedgerError(f"budget ledger {self.path}: cannot be read ({exc}); refusing to answer") from None
 
     def charge(self, analyst: str, cost: Cost, query: str) -> Spending:
         """Commit the cost of a query, or raise BudgetExhausted and commit nothing."""
-        con = self._connect()
-        try:
-            con.execute("BEGIN IMMEDIATE")
-            charges = self._charges(con)
-            for who, mine in (("the total budget", charges), (f"analyst {analyst!r}'s budget",
-                                                               [c for c in charges if c.analyst == analyst])):
-                problem = self._overspend(mine, cost, analyst if who != "the total budget" else None)
-                if problem:
+        with self._lock:
+            con = self._connection()
+            try:
+                con.execute("BEGIN IMMEDIATE")
+                try:
+                    everyone, mine = self._total(con, _EVERYONE), self._total(con, analyst)
+                    for who, total, scope in (("the total budget", everyone, None),
+                                              (f"analyst {analyst!r}'s budget", mine, analyst)):
+                        problem = self._overspend(total, cost, scope)
+                        if problem:
+                            raise BudgetExhausted(f"refused: this query would overspend {who}: {problem}. Nothing "
+                                                  "was released or charged")
+                    con.execute("INSERT INTO charges (at, analyst, epsilon, delta, rho, query) VALUES (?, ?, ?, ?, ?, "
+                                "?)", (datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
+                                       analyst, str(cost.epsilon), str(cost.delta), str(cost.rho), query))
+                    self._store(con, _EVERYONE, everyone.plus(cost))
+                    self._store(con, analyst, mine.plus(cost))
+                except BaseException:
                     con.execute("ROLLBACK")
-                    raise BudgetExhausted(f"refused: this query would overspend {who}: {problem}. Nothing was "
-                                          "released or charged")
-            con.execute("INSERT INTO charges (at, analyst, epsilon, delta, rho, query) VALUES (?, ?, ?, ?, ?, ?)",
-                        (datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"), analyst,
-                         str(cost.epsilon), str(cost.delta), str(cost.rho), query))
-            con.execute("COMMIT")
-            return self._spending(self._charges(con), analyst)
-        except sqlite3.Error as exc:
-            raise LedgerError(f"budget ledger {self.path}: cannot record the charge ({exc}); refusing to "
-                              "answer") from None
-        finally:
-            con.close()
+                    raise
+                con.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._close()
+                raise LedgerError(f"budget ledger {self.path}: cannot record the charge ({exc}); refusing to "
+                                  "answer") from None
+            return self._spending(mine.plus(cost), analyst)
+
+    def _total(self, con: sqlite3.Connection, scope: str) -> _Total:
+        row = con.execute("SELECT epsilon, delta, rho, queries FROM totals WHERE scope = ?", (scope,)).fetchone()
+        if row is None:
+            return self._recount(con, scope)
+        return _Total(Fraction(row[0]), Fraction(row[1]), Fraction(row[2]), row[3])
+
+    def _recount(self, con: sqlite3.Connection, scope: str) -> _Total:
+        """The total from the charges themselves: for a scope with no totals row yet."""
+        where, args = ("", ()) if scope == _EVERYONE else (" WHERE analyst = ?", (scope,))
+        total = _Total()
+        for epsilon, delta, rho in con.execute(f"SELECT epsilon, delta, rho FROM charges{where}", args):
+            total = total.plus(Cost(Fraction(epsilon), Fraction(delta), Fraction(rho)))
+        return total
+
+    def _store(self, con: sqlite3.Connection, scope: str, total: _Total) -> None:
+        con.execute("INSERT OR REPLACE INTO totals VALUES (?, ?, ?, ?, ?)",
+                    (scope, str(total.epsilon), str(total.delta), str(total.rho), total.queries))
 
     def _limits(self, analyst: str | None) -> tuple[Fraction, Fraction]:
         if analyst is None:
@@ -146,57 +232,42 @@ class BudgetLedger:
         share = self.budget.for_analyst(analyst)
         return exact(share.epsilon), exact(share.delta)
 
-    def _overspend(self, charges: list[Charge], cost: Cost, analyst: str | None) -> str | None:
+    def _overspend(self, total: _Total, cost: Cost, analyst: str | None) -> str | None:
         epsilon, delta = self._limits(analyst)
         if self.budget.accounting is Accounting.PURE:
-            spent = sum((c.epsilon for c in charges), Fraction(0))
-            if spent + cost.epsilon > epsilon:
-                return f"epsilon {float(cost.epsilon):g} asked, {float(max(epsilon - spent, 0)):g} of " \
+            if total.epsilon + cost.epsilon > epsilon:
+                return f"epsilon {float(cost.epsilon):g} asked, {float(max(epsilon - total.epsilon, 0)):g} of " \
                        f"{float(epsilon):g} left"
             delta_cap = delta
         else:
-            spent = sum((c.rho for c in charges), Fraction(0))
             cap = rho_budget(epsilon, delta / 2)
-            if spent + cost.rho > cap:
+            if total.rho + cost.rho > cap:
                 return f"rho {float(cost.rho):g} asked (epsilon {float(cost.epsilon):g}), " \
-                       f"{float(max(cap - spent, 0)):g} of {float(cap):g} left"
+                       f"{float(max(cap - total.rho, 0)):g} of {float(cap):g} left"
             delta_cap = delta / 2
-        delta_spent = sum((c.delta for c in charges), Fraction(0))
-        if delta_spent + cost.delta > delta_cap:
-            return f"delta {float(cost.delta):g} asked, {float(max(delta_cap - delta_spent, 0)):g} left"
+        if total.delta + cost.delta > delta_cap:
+            return f"delta {float(cost.delta):g} asked, {float(max(delta_cap - total.delta, 0)):g} left"
         return None
 
-    def _charges(self, con: sqlite3.Connection) -> list[Charge]:
-        rows = con.execute("SELECT id, at, analyst, epsilon, delta, rho, query FROM charges ORDER BY id").fetchall()
-        return [Charge(r[0], r[1], r[2], Fraction(r[3]), Fraction(r[4]), Fraction(r[5]), r[6]) for r in rows]
-
-    def _spending(self, charges: list[Charge], analyst: str | None) -> Spending:
-        mine = [c for c in charges if analyst is None or c.analyst == analyst]
+    def _spending(self, total: _Total, analyst: str | None) -> Spending:
         epsilon, delta = self._limits(analyst)
-        delta_spent = sum((c.delta for c in mine), Fraction(0))
         if self.budget.accounting is Accounting.PURE:
-            spent = float(sum((c.epsilon for c in mine), Fraction(0)))
-            return Spending(Accounting.PURE, float(epsilon), float(delta), spent, float(delta_spent), len(mine))
-        rho = sum((c.rho for c in mine), Fraction(0))
-        spent = epsilon_of_rho(rho, delta / 2) if rho else 0.0
-        conversion = delta / 2 if rho else Fraction(0)  # the delta that turning rho into epsilon uses
-        return Spending(Accounting.ZCDP, float(epsilon), float(delta), spent, float(delta_spent + conversion),
-                        len(mine))
+            return Spending(Accounting.PURE, float(epsilon), float(delta), float(total.epsilon), float(total.delta),
+                            total.queries)
+        spent = epsilon_of_rho(total.rho, delta / 2) if total.rho else 0.0
+        conversion = delta / 2 if total.rho else Fraction(0)  # the delta that turning rho into epsilon uses
+        return Spending(Accounting.ZCDP, float(epsilon), float(delta), spent, float(total.delta + conversion),
+                        total.queries)
 
     def spending(self, analyst: str | None = None) -> Spending:
-        con = self._connect()
-        try:
-            return self._spending(self._charges(con), analyst)
-        except sqlite3.Error as exc:
-            raise LedgerError(f"budget ledger {self.path}: cannot be read ({exc})") from None
-        finally:
-            con.close()
+        with self._lock:
+            total = self._read(lambda con: self._total(con, analyst or _EVERYONE))
+        return self._spending(total, analyst)
 
     def history(self, analyst: str | None = None) -> list[Charge]:
-        con = self._connect()
-        try:
-            return [c for c in self._charges(con) if analyst is None or c.analyst == analyst]
-        except sqlite3.Error as exc:
-            raise LedgerError(f"budget ledger {self.path}: cannot be read ({exc})") from None
-        finally:
-            con.close()
+        def charges(con: sqlite3.Connection) -> list[Charge]:
+            rows = con.execute("SELECT id, at, analyst, epsilon, delta, rho, query FROM charges ORDER BY id")
+            return [Charge(r[0], r[1], r[2], Fraction(r[3]), Fraction(r[4]), Fraction(r[5]), r[6]) for r in rows
+                    if analyst is None or r[2] == analyst]
+        with self._lock:
+            return self._read(charges)

@@ -12,6 +12,7 @@ query, so one unit moves the vector of counts by at most m in L1 (and in L2), an
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -49,7 +50,7 @@ class MeasurementSpec:
     square_point: FixedPoint | None = None  # SUMSQ: how its squared centered value is held
     plain: bool = False  # SUM: the uncentered sum
 
-    @property
+    @functools.cached_property
     def key(self) -> tuple:
         return (self.kind, self.argument.sql(DIALECT) if self.argument is not None else None, self.plain)
 

@@ -41,6 +41,9 @@ class PostProcessor:
         self._con.execute("SET lock_configuration = true")
 
     def run(self, query: CheckedQuery, key_types: list[str], cells: ReleasedCells) -> FinalRows:
+        projection = _plain_projection(query)
+        if projection is not None:
+            return _project(query, projection, key_types, cells)
         self._con.register("__cells", _columns(query, cells))
         casts = [f"CAST({KEY_PREFIX}{i} AS {t}) AS {KEY_PREFIX}{i}" for i, t in enumerate(key_types)]
         for j, call in enumerate(query.aggregates):
@@ -67,6 +70,45 @@ class PostProcessor:
 
     def close(self) -> None:
         self._con.close()
+
+
+def _plain_projection(query: CheckedQuery) -> list[tuple[str, int]] | None:
+    """When the outer query only lists keys and aggregates (no HAVING, ORDER BY, LIMIT or arithmetic), its
+    columns as (prefix, index): the answer can be assembled without a round trip through DuckDB."""
+    if any(query.outer.args.get(clause) for clause in ("where", "order", "limit", "offset")):
+        return None
+    columns = []
+    for item in query.outer.expressions:
+        if not isinstance(item.this, exp.Column):
+            return None
+        name = item.this.name
+        prefix = KEY_PREFIX if name.startswith(KEY_PREFIX) else AGG_PREFIX
+        columns.append((prefix, int(name[len(prefix):])))
+    return columns
+
+
+def _project(query: CheckedQuery, columns: list[tuple[str, int]], key_types: list[str],
+             cells: ReleasedCells) -> FinalRows:
+    rows, intervals, stds = [], [], []
+    integer = [call.kind in _INTEGER_KINDS for call in query.aggregates]
+    for g, key in enumerate(cells.keys):
+        row, interval, std = [], [], []
+        for prefix, i in columns:
+            if prefix == KEY_PREFIX:
+                row.append(key[i])
+                interval.append(None)
+                std.append(None)
+            else:
+                value = float(cells.values[g, i])
+                row.append(round(value) if integer[i] else value)
+                interval.append((float(cells.lows[g, i]), float(cells.highs[g, i])))
+                std.append(float(cells.stds[g, i]))
+        rows.append(tuple(row))
+        intervals.append(tuple(interval))
+        stds.append(tuple(std))
+    types = [key_types[i] if prefix == KEY_PREFIX else ("BIGINT" if integer[i] else "DOUBLE")
+             for prefix, i in columns]
+    return FinalRows(rows, intervals, stds, types)
 
 
 def _pair(row: tuple, width: int, i: int) -> tuple[float, float] | None:

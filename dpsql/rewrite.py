@@ -77,12 +77,14 @@ INTEGERS = "__dp_integers"
 
 def rewrite(plan: QueryPlan) -> BoundedQuery:
     name = plan.query.table.name
-    return BoundedQuery(
-        sql=_build(plan, prepared_table(name)).sql(DIALECT),
-        dry_run_sql=_build(plan, schema_twin(name)).sql(DIALECT),
-        key_count=len(plan.query.keys),
-        measurement_count=len(plan.measurements),
-    )
+    tree = _build(plan, prepared_table(name))
+    sql = tree.sql(DIALECT)
+    # The same tree, reading the empty twin instead: rename the table nodes, render, done.
+    for table in tree.find_all(exp.Table):
+        if table.name == prepared_table(name):
+            table.set("this", exp.to_identifier(schema_twin(name)))
+    return BoundedQuery(sql=sql, dry_run_sql=tree.sql(DIALECT), key_count=len(plan.query.keys),
+                        measurement_count=len(plan.measurements))
 
 
 def pretty(plan: QueryPlan) -> str:
@@ -91,7 +93,7 @@ def pretty(plan: QueryPlan) -> str:
 
 def _build(plan: QueryPlan, table: str) -> exp.Select:
     context = _Context(plan, table, _alias(plan), _arguments(plan))
-    tree = exp.select("*").from_(exp.to_table(table).as_(context.alias))
+    tree = exp.select("*", copy=False).from_(exp.to_table(table).as_(context.alias), copy=False)
     for step in PASSES:
         tree = step(tree, context)
     return tree
@@ -125,13 +127,13 @@ def filter_rows(tree: exp.Select, context: _Context) -> exp.Select:
     where = context.plan.query.where
     if where is None:
         return tree
-    tree = tree.where(_guarded(where))
+    tree = tree.where(_guarded(where), copy=False)
     # Rows whose public key is outside its declared values are never released; with a filter anyway, drop
     # them before the cap so that the cap is spent on rows that can count.
     for key in context.plan.query.keys:
         if key.domain is not None:
             member = exp.In(this=exp.paren(key.expression.copy()), expressions=[literal(v) for v in key.domain])
-            tree = tree.where(exp.func("TRY", member))
+            tree = tree.where(exp.func("TRY", member), copy=False)
     return tree
 
 
@@ -141,8 +143,8 @@ def cap_rows_per_unit(tree: exp.Select, context: _Context) -> exp.Select:
         return tree  # every row is its own unit: the cap of one row holds by construction
     where = tree.args.get("where")
     if where is None:
-        return tree.where(exp.column(RANK, context.alias) <= m)
-    filtered = exp.select("*").from_(exp.to_table(context.table).as_(context.alias)).where(where.this.copy())
+        return tree.where(exp.column(RANK, context.alias) <= m, copy=False)
+    filtered = exp.select("*").from_(exp.to_table(context.table).as_(context.alias)).where(where.this, copy=False)
     small = exp.select("*").from_(FILTERED).where(exp.column(UNIT_ROWS) <= m)
     rank = exp.Window(this=exp.RowNumber(), partition_by=[exp.column(UNIT)],
                       order=exp.Order(expressions=[exp.Ordered(this=exp.column(ROW_KEY))]))
@@ -159,7 +161,7 @@ def project_row_values(tree: exp.Select, context: _Context) -> exp.Select:
     unit = [exp.column(UNIT, context.alias)] if any(
         m.spec.kind is MeasurementKind.UNITS for m in context.plan.measurements) else []
     projection = [*keys, *values, *unit] or [exp.alias_(exp.Literal.number(1), "__dp_one")]
-    return tree.select(*projection, append=False)
+    return tree.select(*projection, append=False, copy=False)
 
 
 def project_fixed_point(tree: exp.Select, context: _Context) -> exp.Select:
@@ -176,15 +178,15 @@ def project_fixed_point(tree: exp.Select, context: _Context) -> exp.Select:
         integers.append(exp.alias_(integer, f"{INTEGER_PREFIX}{index}"))
     if not integers:
         return tree
-    return exp.select(*passthrough, *integers).from_(tree.subquery(VALUES))
+    return exp.select(*passthrough, *integers, copy=False).from_(tree.subquery(VALUES, copy=False), copy=False)
 
 
 def aggregate_measurements(tree: exp.Select, context: _Context) -> exp.Select:
     keys = [exp.column(f"{KEY_PREFIX}{i}") for i in range(len(context.plan.query.keys))]
     measures = [exp.alias_(_measurement(m.spec, context), f"{MEASURE_PREFIX}{i}")
                 for i, m in enumerate(context.plan.measurements)]
-    outer = exp.select(*keys, *measures).from_(tree.subquery(INTEGERS))
-    return outer.group_by(*[k.copy() for k in keys]) if keys else outer
+    outer = exp.select(*keys, *measures, copy=False).from_(tree.subquery(INTEGERS, copy=False), copy=False)
+    return outer.group_by(*[k.copy() for k in keys], copy=False) if keys else outer
 
 
 PASSES: tuple[Pass, ...] = (

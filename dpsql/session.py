@@ -29,6 +29,9 @@ from dpsql.postprocess import PostProcessor
 from dpsql.release import release
 from dpsql.rewrite import BoundedQuery, rewrite
 
+_PREPARED_CACHE = 256
+_MIN_EPSILON = 1e-9  # below this the noise scale of a sum overflows a float, and answers are pure noise anyway
+
 
 @dataclass(frozen=True)
 class OutputColumn:
@@ -68,15 +71,27 @@ class PrivateSession:
         self.ledger = BudgetLedger(self.policy.budget.ledger, self.policy.budget)
         self.engine = Engine(self.policy, bounding_seed=bounding_seed, threads=threads)
         self.post = PostProcessor()
+        self._prepared: dict[tuple, PreparedQuery] = {}
 
     def prepare(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None, *,
                 epsilon: float | None = None) -> PreparedQuery:
-        """Everything short of touching the data: costs nothing."""
-        query = check(parse(sql, parameters), self.policy)
-        query_plan = plan(query, self._budget(epsilon))
-        bounded = rewrite(query_plan)
-        types = self.engine.dry_run(bounded.dry_run_sql)
-        return PreparedQuery(query_plan, bounded, types[:bounded.key_count])
+        """Everything short of touching the data: costs nothing.
+
+        A pure function of the SQL, the parameters, the budget and the (fixed) policy and schema, so it is
+        cached: asking the same question again skips straight to the charge.
+        """
+        budget = self._budget(epsilon)
+        key = (sql, repr(parameters), budget)
+        prepared = self._prepared.get(key)
+        if prepared is None:
+            query_plan = plan(check(parse(sql, parameters), self.policy), budget)
+            bounded = rewrite(query_plan)
+            types = self.engine.dry_run(bounded.dry_run_sql)
+            prepared = PreparedQuery(query_plan, bounded, types[:bounded.key_count])
+            if len(self._prepared) >= _PREPARED_CACHE:
+                self._prepared.pop(next(iter(self._prepared)))
+            self._prepared[key] = prepared
+        return prepared
 
     def execute(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None, *,
                 epsilon: float | None = None) -> PrivateResult:
@@ -100,6 +115,7 @@ class PrivateSession:
     def close(self) -> None:
         self.engine.close()
         self.post.close()
+        self.ledger.close()
 
     def _budget(self, epsilon: float | None) -> Budget:
         budget = self.policy.budget
@@ -119,6 +135,8 @@ def _epsilon(value: Any) -> Fraction:
         raise DataError(f"epsilon must be a number, got {value!r}") from None
     if not math.isfinite(number) or number <= 0:
         raise DataError(f"epsilon must be a finite number > 0, got {value!r}")
+    if number < _MIN_EPSILON:
+        raise DataError(f"epsilon {value!r} is below {_MIN_EPSILON:g}: the noise would drown any answer")
     return exact(value)
 
 

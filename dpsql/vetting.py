@@ -3,7 +3,8 @@
 An allowlist, not a denylist: a node type that is not listed here is refused, whatever sqlglot learns to parse
 next. Everything listed is deterministic and reads nothing but the current row; anything that could fail on
 some values (a cast, an overflow) is made NULL-on-error by the rewrite (`TRY`), so no row can turn a query into
-an error that depends on the data.
+an error that depends on the data. DuckDB's TRY does not catch every runtime error, so the constants of a
+construct that can fail in a way TRY misses (a LIKE's ESCAPE) are checked here, from the text.
 """
 
 from __future__ import annotations
@@ -86,6 +87,12 @@ def _vet_arguments(part: exp.Expression, context: str) -> None:
                             "and timestamp are allowed)")
     if isinstance(part, exp.Like | exp.ILike) and not _is_literal(part.expression):
         raise QueryRejected(f"{context}: the pattern of LIKE must be a literal string")
+    if isinstance(part, exp.Escape):
+        # DuckDB raises on a bad ESCAPE only for rows that reach it, and TRY does not catch that error
+        # (a SyntaxException): it has to be refused here, from the text, or it would be an oracle on the data.
+        escape = part.expression
+        if not (isinstance(escape, exp.Literal) and escape.is_string and len(escape.this) == 1):
+            raise QueryRejected(f"{context}: ESCAPE must be a single character in quotes")
     if isinstance(part, exp.TimestampTrunc | exp.DateTrunc | exp.Extract):
         unit = part.args.get("unit") if not isinstance(part, exp.Extract) else part.this
         if unit is not None and not isinstance(unit, exp.Var | exp.Literal):
