@@ -145,12 +145,14 @@ def cap_rows_per_unit(tree: exp.Select, context: _Context) -> exp.Select:
     if where is None:
         return tree.where(exp.column(RANK, context.alias) <= m, copy=False)
     filtered = exp.select("*").from_(exp.to_table(context.table).as_(context.alias)).where(where.this, copy=False)
-    small = exp.select("*").from_(FILTERED).where(exp.column(UNIT_ROWS) <= m)
+    small = exp.select("*").from_(FILTERED).where(exp.column(UNIT_ROWS) <= m, copy=False)
     rank = exp.Window(this=exp.RowNumber(), partition_by=[exp.column(UNIT)],
                       order=exp.Order(expressions=[exp.Ordered(this=exp.column(ROW_KEY))]))
-    large = exp.select("*").from_(FILTERED).where(exp.column(UNIT_ROWS) > m).qualify(rank <= m)
-    capped = exp.select("*").from_(exp.to_table(BOUNDED).as_(context.alias))
-    return capped.with_(FILTERED, as_=filtered).with_(BOUNDED, as_=exp.union(small, large, distinct=False))
+    large = exp.select("*").from_(FILTERED).where(exp.column(UNIT_ROWS) > m, copy=False).qualify(rank <= m,
+                                                                                                  copy=False)
+    capped = exp.select("*").from_(exp.to_table(BOUNDED).as_(context.alias), copy=False)
+    capped = capped.with_(FILTERED, as_=filtered, copy=False)
+    return capped.with_(BOUNDED, as_=exp.union(small, large, distinct=False, copy=False), copy=False)
 
 
 def project_row_values(tree: exp.Select, context: _Context) -> exp.Select:
