@@ -13,8 +13,10 @@ Two such channels were found:
   68e1a3e closed it (every expression but a bare column or literal now runs inside TRY); ORACLES keeps it as a
   regression test.
 - `CAST(pid AS TEXT) LIKE 'a' ESCAPE 'ab'`: DuckDB raises "Invalid escape string" on the rows that reach the
-  LIKE, and TRY does not catch it. Still open: inside a CASE in an aggregate it reveals the bit; in WHERE
-  (`pid = X AND ... ESCAPE 'ab'`) it reveals whether X exists at all.
+  LIKE, and TRY does not catch it. Commit 59f3d94 refuses an ESCAPE of more than one character, but DuckDB
+  counts bytes: ESCAPE 'ü' (two bytes in UTF-8) or '🙂' (four) is one character and still fails per row.
+  Still open: inside a CASE in an aggregate it reveals the bit; in WHERE (`pid = X AND ... ESCAPE 'ü'`) it
+  reveals whether X is in the data at all.
 
 `scan` runs a list of risky expressions in both worlds and reports each whose outcome (answered, rejected, or
 which error) differs between them: every such expression is a channel.
@@ -41,10 +43,12 @@ ORACLES = {
     "WHERE CASE ... pid IN (1, 'x')":
         "SELECT COUNT(*) FROM people WHERE CASE WHEN pid = ? AND smoker THEN pid IN (1, 'x') ELSE false END",
     "COUNT(CASE ... LIKE ... ESCAPE 'ab')": IN_AGGREGATE.format(probe="CAST(pid AS TEXT) LIKE 'a' ESCAPE 'ab'"),
+    "COUNT(CASE ... LIKE ... ESCAPE 'ü')": IN_AGGREGATE.format(probe="CAST(pid AS TEXT) LIKE 'a' ESCAPE 'ü'"),
 }
 PROBES = (  # row-level expressions that might fail on some values; each goes into both templates
     "pid IN (1, 'x')", "CAST(pid AS TEXT) LIKE 'a' ESCAPE 'ab'", "CAST(pid AS TEXT) ILIKE 'a' ESCAPE 'ab'",
     "CAST(pid AS TEXT) NOT LIKE 'a' ESCAPE 'ab'", "CAST(pid AS TEXT) LIKE 'a' ESCAPE ''",
+    "CAST(pid AS TEXT) LIKE 'a' ESCAPE 'ü'", "CAST(pid AS TEXT) ILIKE 'a' ESCAPE '🙂'",
     "pid / 0 > 1", "pid // 0 > 1", "pid % 0 > 1", "CAST('x' || pid AS INTEGER) > 0", "CAST(pid AS TINYINT) > 0",
     "CAST(pid * 1e300 AS BIGINT) > 0", "pid * 9223372036854775807 > 0", "abs(pid - 9223372036854775807 - 2) > 0",
     "sqrt(pid - 1) > 0", "ln(pid - 1) > 0", "exp(pid * 1000) > 0", "pid ** 1000 > 0", "round(pid, 400) > 0",
@@ -94,6 +98,8 @@ def attack(worlds: Worlds, epsilon: float, rounds: int, seed: int) -> ErrorOracl
                     except ExecutionFailed:
                         out.append(1)
                         charged.append(session.spending().queries == before + 1)
+                    except Error:  # refused from the SQL alone: the same in both worlds, no information
+                        out.append(0)
                 return np.array(out, dtype=int)
 
             game = balanced_game(rounds, seed, guesses)

@@ -23,6 +23,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Summary]:
 def test_fuzz_reaches_answers_and_rejections(runs, interface: str) -> None:
     counts = runs[interface].counts
     assert counts["answered"] > 0 and counts["rejected"] > 0, counts
+    assert runs[interface].exhausted == 0
 
 
 @pytest.mark.parametrize("interface", ["session", "cli"])
@@ -40,5 +41,6 @@ def edges(tmp_path_factory: pytest.TempPathFactory) -> Summary:
 @pytest.mark.parametrize("index", range(len(EDGE_CASES)),
                          ids=[f"{c.sql} [epsilon={c.epsilon!r}]" for c in EDGE_CASES])
 def test_a_minimised_edge_case_is_answered_with_its_charge_or_refused_for_free(edges, index: int) -> None:
+    assert edges.exhausted == 0
     outcome = edges.outcomes[index]
     assert not outcome.violation, f"{outcome.signature}\n  sql={outcome.case.sql!r} epsilon={outcome.case.epsilon!r}"
