@@ -11,8 +11,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 from scipy.optimize import minimize_scalar
-from scipy.stats import beta
+from scipy.stats import beta, chi2_contingency
 
 CONFIDENCE = 0.95
 
@@ -87,3 +88,16 @@ def zcdp_epsilon(rho: float, delta: float) -> float:
 def hoeffding_lower(mean: float, samples: int, confidence: float = CONFIDENCE) -> float:
     """A distribution-free lower bound on the expectation of a [0, 1] variable from the mean of i.i.d. draws."""
     return mean - math.sqrt(math.log(1 / (1 - confidence)) / (2 * samples))
+
+
+def same_distribution_pvalue(a: np.ndarray, b: np.ndarray, bins: int = 10) -> float:
+    """A chi-square test of homogeneity between two samples, binned at the pooled quantiles.
+
+    Kolmogorov-Smirnov assumes continuous data and is very conservative on integers (ties); dpsql's outputs are
+    integers or grid points, so they are binned instead (a value on an edge goes to the upper bin in both)."""
+    pooled = np.concatenate([a, b])
+    edges = np.unique(np.quantile(pooled, np.linspace(0, 1, bins + 1)[1:-1]))
+    counts = np.array([np.bincount(np.searchsorted(edges, s, side="right"), minlength=len(edges) + 1)
+                       for s in (a, b)])
+    counts = counts[:, counts.sum(axis=0) > 0]
+    return float(chi2_contingency(counts).pvalue) if counts.shape[1] > 1 else 1.0
