@@ -1,17 +1,21 @@
-"""Attacks on dpsql that run, each against an unprotected baseline and against dpsql itself.
+"""Attacks on dpsql that run, each against an unprotected baseline and against dpsql itself (issue 3).
 
-Every module here is runnable as `python -m benchmarks.attacks.<name>` (from the repository root) and prints
+Every attack module is runnable as `python -m benchmarks.attacks.<name>` (from the repository root) and prints
 its outcome with the figures behind it; `tests/attacks/` runs the same code at CI sizes and asserts on it.
 
+Attacks and checks:
 - tracker: "how many smokers" minus "how many smokers other than X" (Denning 1980);
 - averaging: the same query asked until the noise averages away;
 - reconstruction: Dinur-Nissim least squares over many random subset counts;
 - floating_point: Mironov's (CCS 2012) low-bits distinguisher on textbook float Laplace and on dpsql;
-- error_oracle: a query whose *failure* depends on one person's row (a side channel found by this work);
-- audit: an empirical lower bound on epsilon from neighbouring datasets, per mechanism and aggregate;
+- error_oracle: queries whose *failure* depends on one person's row (side channels found by this suite);
+- audit (with audit_events): an empirical lower bound on epsilon from neighbouring datasets;
 - sensitivity: measurement changes between a dataset and the same without one unit (property tests);
-- ledger_faults: concurrent spenders and SIGKILLed processes against one budget ledger;
-- fuzz: generated and mutated SQL through the whole pipeline.
+- ledger_faults (with ledger_worker): concurrent spenders, SIGKILLed processes, unwritable ledgers;
+- fuzz (with fuzz_grammar): generated and mutated SQL through the whole pipeline.
+
+Shared parts: fixtures (datasets and policies), baseline (plain DuckDB), people (the two-world guessing game),
+sampling (the bounded SQL once, dpsql's release many times), stats (Clopper-Pearson, DP bounds), script.
 
 Randomness: every run takes a seed and draws dpsql's noise from its test-only seeded generator, so figures
 repeat exactly. Statistical claims carry Clopper-Pearson (or Hoeffding) intervals, never hand-picked slack.
