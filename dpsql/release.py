@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from dpsql.check import AggregateKind
-from dpsql.confidence import gaussian_sum_half_width, laplace_sum_half_width
+from dpsql.confidence import fiducial_interval, gaussian_sum_half_width, laplace_sum_half_width
 from dpsql.mechanisms import GaussianMechanism
 from dpsql.noise import RandomSource
 from dpsql.plan import Measurement, OutputRecipe, QueryPlan
@@ -79,12 +79,12 @@ def _output(recipe: OutputRecipe, measurements: Sequence[Measurement], noisy: np
 
     gaussian = isinstance(measurements[0].mechanism, GaussianMechanism)
 
-    def spread(terms: list[tuple[np.ndarray, int]]) -> tuple[np.ndarray, np.ndarray]:
-        """Half-width and std of sum_i coef_i * noise_i (coefficients per group)."""
-        scales = np.stack([np.abs(coef) * scale(i) for coef, i in terms], axis=1)
+    def spread(terms: list[tuple[float, int]], cells: int) -> tuple[np.ndarray, np.ndarray]:
+        """Half-width and std of sum_i coef_i * noise_i, the same for every group."""
+        scales = np.array([[abs(coef) * scale(i) for coef, i in terms]])
         variance = sum(coef**2 * measurements[i].std ** 2 for coef, i in terms)
         width = gaussian_sum_half_width(scales, LEVEL) if gaussian else laplace_sum_half_width(scales, LEVEL)
-        return width, np.sqrt(variance)
+        return np.full(cells, width[0]), np.full(cells, math.sqrt(variance))
 
     kind = recipe.call.kind
     if kind in (AggregateKind.COUNT, AggregateKind.COUNT_UNITS) or (kind is AggregateKind.SUM
@@ -98,36 +98,40 @@ def _output(recipe: OutputRecipe, measurements: Sequence[Measurement], noisy: np
         return (*_clip(value, low, high, lower, upper), np.full(value.shape, measurements[index].std))
     interval = recipe.point.interval
     center = float(recipe.point.center * recipe.point.step)
-    count, total = real(recipe.count), real(recipe.total)
-    ones = np.ones_like(count)
     if kind is AggregateKind.SUM:
-        value = total + center * count
-        width, std = spread([(ones, recipe.total), (ones * center, recipe.count)])
+        value = real(recipe.total) + center * real(recipe.count)
+        width, std = spread([(1.0, recipe.total), (center, recipe.count)], len(value))
         return (*_clip(value, value - width, value + width, _sum_floor(recipe), _sum_ceiling(recipe)), std)
-    n = np.maximum(count, 1.0)
-    mean = total / n  # the mean of the centered values
     if kind is AggregateKind.AVG:
-        value = center + mean
-        width, std = spread([(1 / n, recipe.total), (-mean / n, recipe.count)])
-        return (*_clip(value, value - width, value + width, interval.lo, interval.hi), std)
-    square_point = measurements[recipe.squares].spec.square_point
-    squares = real(recipe.squares)
-    mean_square = squares / n + float(square_point.center * square_point.step)
-    variance = mean_square - mean**2
-    width, std = spread([(1 / n, recipe.squares), (-2 * mean / n, recipe.total),
-                         (-squares / n**2 + 2 * total**2 / n**3, recipe.count)])
-    ceiling = interval.half_width**2
-    value, low, high = _clip(variance, variance - width, variance + width, 0.0, ceiling)
-    if kind in (AggregateKind.VAR_SAMP, AggregateKind.STDDEV_SAMP):
-        correction = np.where(n > 1, n / np.maximum(n - 1, 1), 1.0)
-        value, low, high, std = value * correction, low * correction, high * correction, std * correction
-    if kind in (AggregateKind.STDDEV_SAMP, AggregateKind.STDDEV_POP):
-        root = np.sqrt(np.maximum(value, 0.0))
-        # d sqrt(v) = dv / (2 sqrt(v)) away from 0; near 0 the spread of sqrt is at most sqrt of the spread.
-        with np.errstate(divide="ignore", over="ignore"):
-            std = np.minimum(np.where(root > 0, std / (2 * root), np.inf), np.sqrt(std))
-        value, low, high = root, np.sqrt(low), np.sqrt(high)
-    return value, low, high, std
+        output, indices = _average(center, interval.lo, interval.hi), [recipe.count, recipe.total]
+    else:
+        square_point = measurements[recipe.squares].spec.square_point
+        output = _spread(kind, float(square_point.center * square_point.step), interval.half_width**2)
+        indices = [recipe.count, recipe.total, recipe.squares]
+    observed = [real(i) for i in indices]
+    low, high, std = fiducial_interval(observed, [scale(i) for i in indices], gaussian, LEVEL, output)
+    return output(*observed), low, high, std
+
+
+def _average(center: float, lower: float, upper: float):
+    """AVG from a count and a sum of centered values, clamped to the bounds (a count below 1 counts as 1)."""
+    def output(count: np.ndarray, total: np.ndarray) -> np.ndarray:
+        return np.clip(center + total / np.maximum(count, 1.0), lower, upper)
+    return output
+
+
+def _spread(kind: AggregateKind, square_center: float, ceiling: float):
+    """VAR or STDDEV from a count, a sum of centered values and a sum of their centered squares."""
+    def output(count: np.ndarray, total: np.ndarray, squares: np.ndarray) -> np.ndarray:
+        n = np.maximum(count, 1.0)
+        mean = total / n
+        variance = np.clip(squares / n + square_center - mean**2, 0.0, ceiling)
+        if kind in (AggregateKind.VAR_SAMP, AggregateKind.STDDEV_SAMP):
+            variance = variance * np.where(n > 1, n / np.maximum(n - 1, 1.0), 1.0)
+        if kind in (AggregateKind.STDDEV_SAMP, AggregateKind.STDDEV_POP):
+            return np.sqrt(variance)
+        return variance
+    return output
 
 
 def _clip(value: np.ndarray, low: np.ndarray, high: np.ndarray, lower: float, upper: float):
