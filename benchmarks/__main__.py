@@ -6,8 +6,11 @@ found there, so running one part refreshes its figures and keeps the others'.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -18,6 +21,7 @@ from pathlib import Path
 
 import click
 
+import dpsql
 from benchmarks import accuracy as accuracy_bench
 from benchmarks import overhead as overhead_bench
 from benchmarks import speed as speed_bench
@@ -51,8 +55,24 @@ class Run:
         info = {"part": part, "config": self.config.name, "started": time.strftime("%Y-%m-%d %H:%M:%S",
                                                                                  time.localtime(started)),
                 "seconds": round(time.time() - started, 1), "python": sys.version.split()[0],
-                "machine": platform.platform(), "peers": [p.name for p in self.peers], **extra}
+                "machine": platform.platform(), "peers": [p.name for p in self.peers], "dpsql": dpsql_source(),
+                **extra}
         (self.out / f"run_{part}.json").write_text(json.dumps(info, indent=2, default=str) + "\n")
+
+
+def dpsql_source() -> dict[str, str]:
+    """Which dpsql was measured: its folder, a hash of its sources, and the git commit if there is one."""
+    folder = Path(dpsql.__file__).resolve().parent
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(folder.glob("*.py")))).hexdigest()[:16]
+    source = {"path": str(folder), "sources_sha256": digest}
+    git = subprocess.run(["git", "-C", str(folder), "log", "-1", "--format=%H"], capture_output=True, text=True)
+    if git.returncode == 0 and git.stdout.strip():
+        dirty = subprocess.run(["git", "-C", str(folder), "status", "--porcelain", "."], capture_output=True,
+                               text=True).stdout.strip()
+        source["commit"] = git.stdout.strip() + (" + uncommitted changes" if dirty else "")
+    else:
+        source["commit"] = os.environ.get("DPSQL_BENCH_COMMIT", "unknown (not a git checkout)")
+    return source
 
 
 def _peers(wanted: bool) -> tuple[tuple[Peer, ...], list[tuple[str, str]]]:
@@ -130,12 +150,14 @@ def do_speed(run: Run) -> None:
 
 def do_overhead(run: Run) -> None:
     started = time.time()
-    reps = run.config.overhead.reps
-    with _bar(reps, "overhead") as advance:
-        timings = overhead_bench.run_overhead(reps, run.work, advance)
+    config = run.config.overhead
+    with _bar(config.reps, "overhead") as advance:
+        timings = overhead_bench.run_overhead(config.reps, run.work, advance)
+    ledger = overhead_bench.ledger_scaling(config.ledger_sizes, config.ledger_reps, run.work)
     write_csv(run.out / "overhead_runs.csv", timings, overhead_bench.StageTiming)
     write_csv(run.out / "overhead_summary.csv", overhead_bench.summarize(timings), overhead_bench.StageSummary)
-    run.info("overhead", started, reps=reps, query=overhead_bench.TINY_QUERY.sql("pums"))
+    write_csv(run.out / "overhead_ledger.csv", ledger, overhead_bench.LedgerTiming)
+    run.info("overhead", started, query=overhead_bench.TINY_QUERY.sql("pums"), **asdict(config))
 
 
 def _command(name: str, parts: tuple[Callable[[Run], None], ...], help_text: str) -> None:

@@ -33,6 +33,8 @@ class SpeedConfig:
 @dataclass(frozen=True)
 class OverheadConfig:
     reps: int
+    ledger_sizes: tuple[int, ...]  # prior charges at which one ledger charge is timed
+    ledger_reps: int
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ FULL = BenchConfig(
     accuracy=AccuracyConfig(epsilons=(0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0), runs=200, peer_runs=100,
                             visits_rows=100_000, queries_per_dataset=None, peer_timeout_s=1800),
     speed=SpeedConfig(sizes=(1_000_000, 10_000_000), reps=11, peer_reps=3, peer_timeout_s=900, peer_budget_s=420),
-    overhead=OverheadConfig(reps=200),
+    overhead=OverheadConfig(reps=200, ledger_sizes=(0, 1_000, 10_000, 100_000), ledger_reps=5),
 )
 
 QUICK = BenchConfig(
@@ -57,5 +59,5 @@ QUICK = BenchConfig(
                             queries_per_dataset=2, peer_timeout_s=300),
     # peer_budget_s: OpenDP (~4 s a query here) is tried at the small size only, and reported skipped at the other.
     speed=SpeedConfig(sizes=(5_000, 20_000), reps=3, peer_reps=1, peer_timeout_s=120, peer_budget_s=10),
-    overhead=OverheadConfig(reps=20),
+    overhead=OverheadConfig(reps=20, ledger_sizes=(0, 300), ledger_reps=3),
 )

@@ -6,14 +6,13 @@ message and everything else still runs.
 
 from __future__ import annotations
 
-import statistics
 from collections import defaultdict
 from pathlib import Path
 
 from benchmarks.records import DPSQL, read_rows
 from benchmarks.report import KINDS, LABELS
 from benchmarks.speed import SpeedPoint
-from benchmarks.stats import CellStat
+from benchmarks.stats import THEORY, CellStat, common_medians
 
 _STYLE = {DPSQL: ("tab:blue", "o"), "smartnoise": ("tab:red", "s"), "opendp": ("tab:green", "^"),
           "duckdb": ("tab:gray", "D")}
@@ -31,6 +30,7 @@ def write_plots(out: Path) -> str:
 
 def _accuracy_plots(out: Path) -> list[Path]:
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     cells = read_rows(out / "accuracy_cells.csv", CellStat)
     datasets = sorted({c.dataset for c in cells})
@@ -41,22 +41,24 @@ def _accuracy_plots(out: Path) -> list[Path]:
             continue
         figure, axes = plt.subplots(1, len(datasets), figsize=(5.5 * len(datasets), 4.2), squeeze=False)
         for axis, dataset in zip(axes[0], datasets, strict=True):
-            curves: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
-            for c in chosen:
-                if c.dataset == dataset:
-                    curves[c.system][c.epsilon].append(c.median_rel)
-                    if c.system == DPSQL:
-                        curves["theory"][c.epsilon].append(c.theory_median_rel)
+            curves: dict[str, dict[float, float]] = defaultdict(dict)
+            for epsilon in sorted({c.epsilon for c in chosen}):
+                medians, _ = common_medians(cells, dataset, kind, epsilon)
+                for system, value in medians.items():
+                    curves[system][epsilon] = value
             for system, points in curves.items():
                 eps = sorted(points)
-                values = [statistics.median(points[e]) for e in eps]
-                if system == "theory":
+                values = [points[e] for e in eps]
+                if system == THEORY:
                     axis.plot(eps, values, "k--", label="dpsql theory (Laplace)")
                 else:
                     color, marker = _STYLE[system]
                     axis.plot(eps, values, color=color, marker=marker, label=LABELS[system])
             axis.set(xscale="log", yscale="log", xlabel="ε (total per query)", title=f"{kind.upper()} on {dataset}",
-                     ylabel="median relative error (median over cells)")
+                     ylabel="median relative error (median over common cells)")
+            ticks = sorted({c.epsilon for c in chosen})
+            axis.set_xticks(ticks, [f"{e:g}" for e in ticks])
+            axis.xaxis.set_minor_formatter(NullFormatter())
             axis.grid(True, which="both", alpha=0.3)
             axis.legend(fontsize=8)
         figure.tight_layout()

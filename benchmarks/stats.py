@@ -172,3 +172,25 @@ def best_peer_ratios(cell_ratios: Sequence[CellRatio]) -> list[CellRatio]:
 def geometric_mean(values: Sequence[float]) -> float:
     finite = [v for v in values if 0 < v < math.inf]
     return math.exp(sum(math.log(v) for v in finite) / len(finite)) if finite else math.nan
+
+
+THEORY = "theory"  # dpsql's theoretical median error, as a pseudo-system in curves
+
+
+def common_medians(stats: Sequence[CellStat], dataset: str, kind: str, epsilon: float) -> tuple[dict[str, float], int]:
+    """Per system, the median over cells of each cell's median relative error, over the cells that every system
+    answering this kind here answered (peers skip kinds and refuse some points): like is compared with like.
+    Also dpsql's theoretical median ("theory"). Returns the medians and the number of common cells."""
+    chosen = [c for c in stats if (c.dataset, c.kind, c.epsilon) == (dataset, kind, epsilon)]
+    by_system: dict[str, dict[tuple, CellStat]] = defaultdict(dict)
+    for c in chosen:
+        by_system[c.system][(c.query, c.aggregate, c.group)] = c
+    if not by_system:
+        return {}, 0
+    common = set.intersection(*(set(cells) for cells in by_system.values()))
+    if not common:
+        return {}, 0
+    medians = {system: float(np.median([cells[k].median_rel for k in common])) for system, cells in by_system.items()}
+    if DPSQL in by_system:
+        medians[THEORY] = float(np.median([by_system[DPSQL][k].theory_median_rel for k in common]))
+    return medians, len(common)

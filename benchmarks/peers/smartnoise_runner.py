@@ -7,8 +7,9 @@ bounds) or is built from dpsql's policy (visits). Options that make the comparis
   which groups to show (SmartNoise has no way to declare public values; without this it would threshold groups
   and need delta);
 - equal total cost per query: SmartNoise charges epsilon per mechanism, so the runner asks its odometer
-  (get_privacy_cost) how many epsilons one query costs at epsilon 1 (k), runs at epsilon/k, and checks that the
-  odometer then reports the query's cost as epsilon.
+  (get_privacy_cost) how many epsilons one query costs (k), runs at epsilon/k, and reports what the odometer
+  then says the query costs (epsilon, checked in accuracy_costs.csv). SmartNoise refuses any mechanism whose
+  noise scale would exceed 1e7; such points are reported as refused.
 
 Many runs per point: SmartNoise's rewrite (which searches each mechanism's scale, ~0.1 s) is deterministic for a
 query and a privacy setting, so it is computed once per epsilon and reused; the exact aggregates are computed
@@ -82,16 +83,14 @@ def mechanisms(reader: Any, sql: str) -> float:
     return float(reader.get_privacy_cost(sql)[0]) / _COUNTING_EPSILON
 
 
-def at_equal_cost(reader: Any, sql: str, epsilon: float) -> dict[str, float]:
-    k = mechanisms(reader, sql)
+def at_equal_cost(reader: Any, sql: str, epsilon: float, k: float) -> dict[str, float]:
     reader.privacy = Privacy(epsilon=epsilon / k, delta=0.0)
     return {"mechanisms": k, "system_epsilon": epsilon / k, "cost": float(reader.get_privacy_cost(sql)[0])}
 
 
-def exact_aggregates(reader: Any, ast: Any) -> Any:
+def exact_aggregates(reader: Any, rewritten: Any) -> Any:
     """The exact answers of SmartNoise's own rewritten inner query, run by its own reader."""
-    reader.privacy = Privacy(epsilon=_COUNTING_EPSILON, delta=0.0)
-    subquery, _ = reader._rewrite_ast(ast)
+    subquery, _ = rewritten
     return reader._get_reader(subquery)._execute_ast(subquery)
 
 
@@ -101,14 +100,22 @@ def accuracy(job: dict[str, Any]) -> None:
     for query in job["queries"]:
         sql = query["sql"]
         ast = reader.parse_query_string(sql)
-        exact = exact_aggregates(reader, ast)
+        exact = None  # computed at the first epsilon SmartNoise accepts: the inner query does not depend on it
+        try:
+            k = mechanisms(reader, sql)
+        except ValueError as exc:
+            for epsilon in job["epsilons"]:
+                refused(query["name"], epsilon, ValueError(f"refused even at ε = {_COUNTING_EPSILON:g}: {exc}"))
+            continue
         for epsilon in job["epsilons"]:
             try:
-                cost = at_equal_cost(reader, sql, epsilon)
+                cost = at_equal_cost(reader, sql, epsilon, k)
                 rewritten = reader._rewrite_ast(ast)
             except ValueError as exc:
                 refused(query["name"], epsilon, exc)
                 continue
+            if exact is None:
+                exact = exact_aggregates(reader, rewritten)
             reader._rewrite_ast = lambda _query, rewritten=rewritten: rewritten
             try:
                 runs = [[[_cell(v) for v in row] for row in reader._execute_ast(ast, pre_aggregated=exact)[1:]]
@@ -125,7 +132,7 @@ def _cell(value: Any) -> Any:
 def speed(job: dict[str, Any]) -> None:
     data = job["dataset"]
     load_s, reader = timed(lambda: reader_for(load_frame(data), data))
-    cost = at_equal_cost(reader, job["sql"], job["epsilon"])
+    cost = at_equal_cost(reader, job["sql"], job["epsilon"], mechanisms(reader, job["sql"]))
     times = [timed(lambda: reader.execute(job["sql"]))[0] for _ in range(job["reps"])]
     emit(speed_record(load_s, times, **cost))
 
