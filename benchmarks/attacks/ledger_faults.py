@@ -92,7 +92,18 @@ class Concurrency:
                 f"{self.ledger.charges} charges, overspend {float(self.overspend):g}, ledger {self.ledger.integrity}")
 
 
+def create_ledger(policy: Path) -> None:
+    """Create the policy's ledger once, as the steward's `dpsql policy check` does, before analysts use it."""
+    loaded = load_policy(policy)
+    ledger = BudgetLedger(loaded.budget.ledger, loaded.budget)
+    close = getattr(ledger, "close", None)
+    if close is not None:
+        close()
+
+
 def spend_concurrently(policy: Path, processes: int, attempts: int, epsilon: float) -> Concurrency:
+    """Workers spending one (already created) ledger's budget at once."""
+    create_ledger(policy)
     children = [subprocess.Popen(command(policy, f"worker{i}", attempts, epsilon, i), cwd=ROOT,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(processes)]
     lines = []
@@ -106,7 +117,9 @@ def spend_concurrently(policy: Path, processes: int, attempts: int, epsilon: flo
 
 
 def cli_concurrently(policy: Path, processes: int, epsilon: float) -> tuple[Concurrency, list[int]]:
-    """The `dpsql query` command, several at once; returns the figures and the exit codes."""
+    """The `dpsql query` command, several at once on an already created ledger; returns the figures and the exit
+    codes."""
+    create_ledger(policy)
     dpsql = Path(sys.executable).with_name("dpsql")
     children = [subprocess.Popen([str(dpsql), "query", QUERY, "--policy", str(policy), "--epsilon", repr(epsilon),
                                   "--analyst", f"cli{i}", "--format", "csv"], stdout=subprocess.PIPE,
@@ -118,6 +131,35 @@ def cli_concurrently(policy: Path, processes: int, epsilon: float) -> tuple[Conc
         answers += child.returncode == 0 and len(out.strip().splitlines()) == 2  # header and one value
     figures = Concurrency(processes, processes, answers, codes.count(3), Fraction(repr(epsilon)), inspect(policy))
     return figures, codes
+
+
+@dataclass(frozen=True)
+class FirstUse:
+    """Several processes answering their first query at once on a ledger that does not exist yet."""
+
+    processes: int
+    answers: int
+    charges: int
+    failures: list[str]  # the last line each failed process wrote to stderr
+
+    def line(self) -> str:
+        failed = f"; failures: {sorted(set(self.failures))}" if self.failures else ""
+        return (f"  first use: {self.processes} processes at once on a new ledger: {self.answers} answers, "
+                f"{self.charges} charges, {len(self.failures)} failed{failed}")
+
+
+def first_use_concurrently(folder: Path, processes: int, epsilon: float = 0.125) -> FirstUse:
+    policy = write_people(folder, Budget(epsilon=processes * epsilon * 2))
+    children = [subprocess.Popen(command(policy, f"first{i}", 1, epsilon, i), cwd=ROOT, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True) for i in range(processes)]
+    answers, failures = 0, []
+    for child in children:
+        out, err = child.communicate(timeout=600)
+        answers += out.split().count("ANSWER")
+        if child.returncode != 0:
+            failures.append(err.strip().splitlines()[-1] if err.strip() else f"exit {child.returncode}")
+    charges = charge_count(load_policy(policy).budget.ledger) or 0
+    return FirstUse(processes, answers, charges, failures)
 
 
 @dataclass(frozen=True)
@@ -272,6 +314,8 @@ def main() -> None:
         print(figures.line("dpsql query") + f"; exit codes {sorted(codes)}")
         policy = write_people(folder / "kill", Budget(epsilon=1e6))
         print(kill_at_random(policy, args.kills, 2.5, args.seed).line())
+        for attempt in range(10):
+            print(first_use_concurrently(folder / f"first{attempt}", args.processes).line())
     for refusal in readonly_cases():
         print(f"  {refusal.case}: exit {refusal.exit_code}, answered {refusal.answered}, charges "
               f"{refusal.charges_before} -> {refusal.charges_after}: {refusal.message}")
