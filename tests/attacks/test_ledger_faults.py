@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -95,3 +97,23 @@ def test_several_processes_can_start_at_once_on_a_new_ledger(tmp_path: Path, att
     figures = first_use_concurrently(tmp_path, processes=6)
     assert not figures.failures, figures.line()
     assert figures.answers == figures.charges == 6, figures.line()
+
+
+def test_a_deleted_ledger_is_not_a_fresh_budget_for_the_next_process(tmp_path: Path) -> None:
+    """59f3d94: "a deleted ledger refuses instead of resetting the budget". That holds inside one process; a new
+    process (every `dpsql query`) finds no file and creates an empty ledger: the whole budget again. Fails until
+    creating a ledger is a deliberate step (e.g. `dpsql policy check` or `dpsql budget init`), not a side effect
+    of the first query."""
+    policy = write_people(tmp_path, Budget(epsilon=1.0))
+    dpsql = str(Path(sys.executable).with_name("dpsql"))
+
+    def ask() -> subprocess.CompletedProcess:
+        return subprocess.run([dpsql, "query", QUERY, "--policy", str(policy), "--epsilon", "1", "--analyst", "a"],
+                              capture_output=True, text=True, timeout=600)
+
+    assert ask().returncode == 0
+    assert ask().returncode == 3  # the budget is spent
+    for path in tmp_path.glob("*.ledger.sqlite*"):
+        path.unlink()
+    again = ask()
+    assert again.returncode != 0 and not again.stdout.strip(), again.stdout
