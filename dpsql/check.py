@@ -101,6 +101,9 @@ _SELECT_CLAUSES = {"expressions", "from_", "where", "group", "having", "order", 
 
 def check(parsed: ParsedQuery, policy: Policy) -> CheckedQuery:
     tree = parsed.tree.copy()
+    for node in list(tree.find_all(exp.Anonymous)):  # VAR(x), which sqlglot does not know: the sample variance
+        if node.name.lower() == "var" and len(node.expressions) == 1:
+            node.replace(exp.Variance(this=node.expressions[0]))
     _check_clauses(tree)
     table = _table_of(tree, policy)
     names = _output_names(tree)

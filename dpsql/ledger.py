@@ -131,16 +131,29 @@ class BudgetLedger:
                               f"the policy now says {budget.accounting.value}: use a new ledger")
 
     def _create(self) -> None:
-        """The only place a ledger file is created: afterwards a missing file is an error, never a fresh budget."""
+        """The only place a ledger file is created: afterwards a missing file is an error, never a fresh budget.
+
+        The ledger is built complete (schema, accounting, WAL mode) in a private temporary file and then linked
+        into place, which fails if another process got there first: nobody ever sees a half-made ledger.
+        """
+        temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}.new")
         try:
-            con = sqlite3.connect(self.path, isolation_level=None)
+            con = sqlite3.connect(temporary, isolation_level=None)
             try:
+                con.execute("PRAGMA journal_mode = WAL")
                 con.executescript(_SCHEMA)
-                con.execute("INSERT OR IGNORE INTO meta VALUES ('accounting', ?)", (self.budget.accounting.value,))
+                con.execute("INSERT INTO meta VALUES ('accounting', ?)", (self.budget.accounting.value,))
             finally:
-                con.close()
-        except sqlite3.Error as exc:
+                con.close()  # the last connection checkpoints the WAL into the file
+            with contextlib.suppress(FileExistsError):
+                os.link(temporary, self.path)
+        except (sqlite3.Error, OSError) as exc:
             raise LedgerError(f"budget ledger {self.path}: cannot be created ({exc}); refusing to answer") from None
+        finally:
+            for leftover in (temporary, temporary.with_name(temporary.name + "-wal"),
+                             temporary.with_name(temporary.name + "-shm")):
+                with contextlib.suppress(OSError):
+                    leftover.unlink()
 
     def _connection(self) -> sqlite3.Connection:
         """The open connection, reopened if the file was replaced or this is a forked child process."""
@@ -155,9 +168,9 @@ class BudgetLedger:
             try:
                 con = sqlite3.connect(f"file:{self.path}?mode=rw", uri=True, timeout=60, isolation_level=None,
                                       check_same_thread=False)
-                con.execute("PRAGMA journal_mode = WAL")
+                if con.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":  # made in WAL mode
+                    con.execute("PRAGMA journal_mode = WAL")
                 con.execute("PRAGMA synchronous = FULL")  # a charge is on disk before its answer is released
-                con.executescript(_SCHEMA)
             except sqlite3.Error as exc:
                 raise LedgerError(f"budget ledger {self.path}: cannot be opened ({exc}); refusing to answer") from None
             self._con, self._identity = con, identity

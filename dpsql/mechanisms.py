@@ -34,37 +34,46 @@ class LaplaceMechanism:
         """b: P(Z = z) is proportional to exp(-|z| / b)."""
         return Fraction(self.sensitivity) / Fraction(self.epsilon) if self.sensitivity else Fraction(0)
 
-    @property
-    def _alpha(self) -> float:
-        return math.exp(-1 / float(self.scale)) if self.sensitivity else 0.0
-
     def sample(self, rng: RandomSource) -> int:
         return discrete_laplace(self.scale, rng) if self.sensitivity else 0
 
+    # The noise is discrete Laplace with alpha = exp(-1/b). For a sum far from zero b can be 2**60 grid steps,
+    # where alpha rounds to 1.0: everything below works with 1/b and expm1, never with 1 - alpha.
+
+    @property
+    def _inverse_scale(self) -> float:
+        return 1 / float(self.scale)
+
     @property
     def variance(self) -> float:
-        a = self._alpha
-        return 2 * a / (1 - a) ** 2
+        """2 alpha / (1 - alpha)^2, exactly the variance of the discrete Laplace."""
+        if not self.sensitivity:
+            return 0.0
+        u = self._inverse_scale
+        return 2 * math.exp(-u) / math.expm1(-u) ** 2
 
     @property
     def continuous_scale(self) -> float:
         return float(self.scale)
 
     def upper_tail(self, k: int) -> float:
-        """P(Z >= k) for k >= 1."""
-        a = self._alpha
-        return a**k / (1 + a)
+        """P(Z >= k) = alpha^k / (1 + alpha), for k >= 1."""
+        u = self._inverse_scale
+        return math.exp(-k * u) / (1 + math.exp(-u))
 
     def half_width(self, level: float) -> int:
-        """The smallest integer t with P(|Z| <= t) >= level: an exact interval for a lone measurement."""
-        a = self._alpha
-        if not self.sensitivity or 2 * a / (1 + a) <= 1 - level:
-            return 0  # also when the noise is so small that a is 0 in floating point
-        # P(|Z| > t) = 2 a^(t+1) / (1 + a)
-        t = max(0, math.ceil(math.log((1 - level) * (1 + a) / 2) / math.log(a) - 1))
-        while t > 0 and 2 * a**t / (1 + a) <= 1 - level:
+        """The smallest integer t with P(|Z| <= t) >= level: an exact interval for a lone measurement.
+
+        P(|Z| > t) = 2 alpha^(t+1) / (1 + alpha) <= 1 - level  <=>  (t + 1) / b >= log(2 / ((1 - level)(1 + alpha)))
+        """
+        if not self.sensitivity:
+            return 0
+        u = self._inverse_scale
+        needed = math.log(2 / ((1 - level) * (1 + math.exp(-u))))
+        t = max(0, math.ceil(needed / u) - 1)
+        while t > 0 and t * u >= needed:
             t -= 1
-        while 2 * a ** (t + 1) / (1 + a) > 1 - level:
+        while (t + 1) * u < needed:
             t += 1
         return t
 

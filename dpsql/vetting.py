@@ -90,9 +90,10 @@ def _vet_arguments(part: exp.Expression, context: str) -> None:
     if isinstance(part, exp.Escape):
         # DuckDB raises on a bad ESCAPE only for rows that reach it, and TRY does not catch that error
         # (a SyntaxException): it has to be refused here, from the text, or it would be an oracle on the data.
+        # DuckDB counts bytes, not characters: 'ü' is two and fails like 'ab'.
         escape = part.expression
-        if not (isinstance(escape, exp.Literal) and escape.is_string and len(escape.this) == 1):
-            raise QueryRejected(f"{context}: ESCAPE must be a single character in quotes")
+        if not (isinstance(escape, exp.Literal) and escape.is_string and len(escape.this.encode()) == 1):
+            raise QueryRejected(f"{context}: ESCAPE must be a single ASCII character in quotes")
     if isinstance(part, exp.TimestampTrunc | exp.DateTrunc | exp.Extract):
         unit = part.args.get("unit") if not isinstance(part, exp.Extract) else part.this
         if unit is not None and not isinstance(unit, exp.Var | exp.Literal):
