@@ -70,7 +70,7 @@ def _staged(session: PrivateSession, sql: str, clock: Callable[[str, Callable[[]
     checked = clock("check", lambda: check(parsed, session.policy))
     query_plan = clock("plan", lambda: plan(checked, session._budget(EPSILON)))
     bounded = clock("rewrite", lambda: rewrite(query_plan))
-    types = clock("dry_run", lambda: session.engine.dry_run(bounded.dry_run_sql))
+    types = clock("dry_run", lambda: session.engine.dry_run(bounded.sql))
     clock("ledger", lambda: session.ledger.charge(session.analyst, query_plan.cost, sql))
     rows = clock("engine", lambda: session.engine.run(bounded.sql))
     cells = clock("noise", lambda: release(query_plan, rows, session.rng))

@@ -244,12 +244,12 @@ def _outer_query(tree: exp.Select, table: TablePolicy, keys: tuple[GroupKey, ...
     select_items = []
     for i, item in enumerate(tree.expressions):
         inner = item.this if isinstance(item, exp.Alias) else item
-        replaced = _replace_private(inner, table, key_index, aggregates, f"SELECT {readable(inner)}")
+        replaced = _replace_private(inner, table, key_index, aggregates, _Place("SELECT", inner))
         select_items.append(exp.alias_(replaced, f"{OUT_PREFIX}{i}"))
     outer = exp.select(*select_items).from_(NOISY_TABLE)
     having = tree.args.get("having")
     if having is not None:
-        outer = outer.where(_replace_private(having.this, table, key_index, aggregates, "HAVING"))
+        outer = outer.where(_replace_private(having.this, table, key_index, aggregates, _Place("HAVING")))
     order = tree.args.get("order")
     if order is not None:
         ordered = []
@@ -258,7 +258,7 @@ def _outer_query(tree: exp.Select, table: TablePolicy, keys: tuple[GroupKey, ...
             if isinstance(target, exp.Column) and not target.table and target.name in aliases:
                 new_this = exp.column(f"{OUT_PREFIX}{aliases.index(target.name)}")
             else:
-                new_this = _replace_private(target, table, key_index, aggregates, "ORDER BY")
+                new_this = _replace_private(target, table, key_index, aggregates, _Place("ORDER BY"))
             rewritten = item.copy()
             rewritten.set("this", new_this)
             ordered.append(rewritten)
@@ -274,8 +274,19 @@ def _outer_query(tree: exp.Select, table: TablePolicy, keys: tuple[GroupKey, ...
     return outer
 
 
+@dataclass(frozen=True)
+class _Place:
+    """Where in the query an error is: rendered only if an error message needs it."""
+
+    clause: str
+    node: exp.Expression | None = None
+
+    def __str__(self) -> str:
+        return f"{self.clause} {readable(self.node)}" if self.node is not None else self.clause
+
+
 def _replace_private(node: exp.Expression, table: TablePolicy, key_index: dict[exp.Expression, int],
-                     aggregates: list[AggregateCall], context: str) -> exp.Expression:
+                     aggregates: list[AggregateCall], context: _Place) -> exp.Expression:
     """A copy of `node` where group keys and aggregates are columns of __noisy; anything else that would read
     a private row is refused. Keys match structurally, the largest matching subtree first (pre-order)."""
     def swap(part: exp.Expression) -> exp.Expression:
@@ -304,7 +315,7 @@ def _replace_private(node: exp.Expression, table: TablePolicy, key_index: dict[e
     return result
 
 
-def _aggregate(node: exp.Expression, table: TablePolicy, context: str) -> AggregateCall:
+def _aggregate(node: exp.Expression, table: TablePolicy, context: _Place) -> AggregateCall:
     text = readable(node)
     if isinstance(node, exp.Filter):
         raise QueryRejected(f"{text}: FILTER (WHERE ...) is not supported; put the condition in a CASE inside "

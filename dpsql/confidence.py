@@ -18,6 +18,7 @@ the count (the delta method fell to 85% there). No random generator is involved.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from statistics import NormalDist
 
@@ -62,6 +63,7 @@ _FIDUCIAL_POINTS = 2048
 _CHUNK = 256  # cells per batch, to keep memory at points x chunk
 
 
+@functools.lru_cache(maxsize=8)
 def _low_discrepancy(points: int, dimensions: int) -> np.ndarray:
     """The R_d sequence: frac((i + 1/2) * alpha_d), alpha the powers of the inverse of the generalised golden
     ratio of dimension d (the root of x^(d+1) = x + 1)."""
@@ -72,7 +74,10 @@ def _low_discrepancy(points: int, dimensions: int) -> np.ndarray:
     return ((np.arange(points)[:, None] + 0.5) * alpha[None, :]) % 1.0
 
 
-def _standard_noise(uniform: np.ndarray, gaussian: bool) -> np.ndarray:
+@functools.lru_cache(maxsize=8)
+def _standard_noise(dimensions: int, gaussian: bool) -> np.ndarray:
+    """Evenly spread draws of unit Laplace (or standard normal) noise, one column per measurement."""
+    uniform = _low_discrepancy(_FIDUCIAL_POINTS, dimensions)
     if gaussian:
         return np.vectorize(NormalDist().inv_cdf)(uniform)
     centered = uniform - 0.5
@@ -82,7 +87,7 @@ def _standard_noise(uniform: np.ndarray, gaussian: bool) -> np.ndarray:
 def fiducial_interval(observed: Sequence[np.ndarray], scales: Sequence[float], gaussian: bool, level: float,
                       output: Callable[..., np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(low, high, std) per cell of output(*truths), over candidate truths observed_i - scale_i * Z_i."""
-    noise = _standard_noise(_low_discrepancy(_FIDUCIAL_POINTS, len(observed)), gaussian)
+    noise = _standard_noise(len(observed), gaussian)
     cells = len(observed[0])
     low, high, std = (np.empty(cells) for _ in range(3))
     tail = (1 - level) / 2

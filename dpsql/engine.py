@@ -24,12 +24,13 @@ from dpsql.errors import ExecutionFailed, PolicyError, QueryRejected
 from dpsql.fixedpoint import fixed_point
 from dpsql.parse import DIALECT
 from dpsql.policy import ColumnType, Policy, TablePolicy
-from dpsql.rewrite import RANK, ROW_KEY, UNIT, UNIT_ROWS, prepared_table, quantized_column, schema_twin
+from dpsql.rewrite import RANK, ROW_KEY, UNIT, UNIT_ROWS, prepared_table, quantized_column
 
 _SANDBOX = (
     "SET enable_external_access = false",
     "SET lock_configuration = true",
 )
+_TWIN_SCHEMA = "__dp_twin"
 _STARTUP_CONFIG = {
     "autoinstall_known_extensions": "false",
     "autoload_known_extensions": "false",
@@ -50,8 +51,14 @@ class Engine:
         # The salt makes the per-unit choice of rows unpredictable; a fixed one is for tests only.
         salt = bounding_seed if bounding_seed is not None else secrets.randbits(62)
         try:
+            self._con.execute(f"CREATE SCHEMA {_TWIN_SCHEMA}")
             for table in policy.tables.values():
                 self._load(table, salt)
+            # A second client whose default schema holds empty tables of the same names and columns: the very SQL
+            # that will run on the data is first run there, where no row can influence what happens.
+            self._twin = self._con.cursor()
+            database = self._con.execute("SELECT current_database()").fetchone()[0]
+            self._twin.execute(f"USE {_quote(database)}.{_TWIN_SCHEMA}")
             for statement in _SANDBOX:
                 self._con.execute(statement)
         except BaseException:
@@ -88,7 +95,7 @@ class Engine:
         except duckdb.Error as exc:
             self._fail(table, "source", f"cannot load {table.source.pattern!r} with the declared column types: "
                                         f"{self._column_hint(table)} ({type(exc).__name__})")
-        self._con.execute(f"CREATE TABLE {schema_twin(table.name)} AS "
+        self._con.execute(f"CREATE TABLE {_TWIN_SCHEMA}.{prepared_table(table.name)} AS "
                           f"SELECT * FROM {prepared_table(table.name)} LIMIT 0")
         if table.source.kind == "duckdb":  # the copy is made: the steward's database file is not needed any more
             self._con.execute(f"DETACH __dp_src_{table.name}")
@@ -139,10 +146,10 @@ class Engine:
         return "the source could not be read"
 
     def dry_run(self, sql: str) -> list[str]:
-        """Run a bounded query on the empty twin: type errors surface here, decided by the schema alone."""
+        """Run a bounded query on the empty twin tables: type errors surface here, decided by the schema alone."""
         with self._lock:
             try:
-                cursor = self._con.execute(sql)
+                cursor = self._twin.execute(sql)
                 cursor.fetchall()
                 return [str(d[1]) for d in cursor.description]
             except duckdb.Error as exc:

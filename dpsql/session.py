@@ -86,7 +86,7 @@ class PrivateSession:
         if prepared is None:
             query_plan = plan(check(parse(sql, parameters), self.policy), budget)
             bounded = rewrite(query_plan)
-            types = self.engine.dry_run(bounded.dry_run_sql)
+            types = self.engine.dry_run(bounded.sql)
             prepared = PreparedQuery(query_plan, bounded, types[:bounded.key_count])
             self._rehearse(prepared)
             if len(self._prepared) >= _PREPARED_CACHE:
