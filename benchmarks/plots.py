@@ -48,7 +48,8 @@ def _accuracy_plots(out: Path) -> list[Path]:
                     curves[system][epsilon] = value
             for system, points in curves.items():
                 eps = sorted(points)
-                values = [points[e] for e in eps]
+                # A median error of exactly 0 (discrete noise that is mostly 0) has no place on a log axis.
+                values = [points[e] if points[e] > 0 else float("nan") for e in eps]
                 if system == THEORY:
                     axis.plot(eps, values, "k--", label="dpsql theory (Laplace)")
                 else:
