@@ -57,7 +57,8 @@ def run_accuracy(workloads: list[tuple[Dataset, tuple[Query, ...]]], config: Acc
 def run_dpsql(dataset: Dataset, queries: tuple[Query, ...], config: AccuracyConfig, workdir: Path,
               advance: Advance, result: AccuracyResult) -> None:
     rng = InsecureSeededRandomForTests(ACCURACY_SEED)
-    session = PrivateSession(dataset.write_policy(workdir), analyst="bench", rng=rng, bounding_seed=1)
+    session = PrivateSession(dataset.write_policy(workdir), analyst="bench", rng=rng, bounding_seed=1,
+                             create_ledger=True)
     raw = RawTruth(dataset)
     try:
         for query in queries:

@@ -79,7 +79,8 @@ def _staged(session: PrivateSession, sql: str, clock: Callable[[str, Callable[[]
 
 def run_overhead(reps: int, workdir: Path, advance: Callable[[int], None]) -> list[StageTiming]:
     dataset = pums()
-    session = PrivateSession(dataset.write_policy(workdir / "overhead"), analyst="bench")  # secure noise
+    session = PrivateSession(dataset.write_policy(workdir / "overhead"), analyst="bench",  # secure noise
+                             create_ledger=True)
     sql = TINY_QUERY.sql(dataset.table)
     timings: list[StageTiming] = []
     try:
@@ -111,7 +112,7 @@ def ledger_scaling(sizes: tuple[int, ...], reps: int, workdir: Path) -> list[Led
     """
     dataset = pums()
     folder = workdir / "ledger"
-    session = PrivateSession(dataset.write_policy(folder), analyst="bench")
+    session = PrivateSession(dataset.write_policy(folder), analyst="bench", create_ledger=True)
     sql = TINY_QUERY.sql(dataset.table)
     cost = session.prepare(sql, epsilon=EPSILON).plan.cost
     timings = []

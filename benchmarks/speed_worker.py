@@ -29,7 +29,7 @@ def _load_duckdb(job: dict[str, Any]) -> tuple[float, duckdb.DuckDBPyConnection]
 
 def paired(job: dict[str, Any]) -> None:
     sql, epsilon = job["sql"], job["epsilon"]
-    dpsql_load, session = timed(lambda: PrivateSession(job["policy"], analyst="bench"))
+    dpsql_load, session = timed(lambda: PrivateSession(job["policy"], analyst="bench", create_ledger=True))
     session.execute(sql, epsilon=epsilon)
     dpsql_peak = peak_rss_mb()
     duck_load, con = _load_duckdb(job)

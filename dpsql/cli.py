@@ -127,11 +127,15 @@ def explain_command(sql: str, policy: Path, epsilon: str | None, params: tuple[s
 @_policy_option
 @_analyst_option
 @click.option("--history/--no-history", default=True, show_default=True, help="List every charge.")
+@click.option("--init", is_flag=True, help="Create the ledger if it does not exist yet (the steward, once).")
 @_errors_as_messages
-def budget(policy: Path, analyst: str | None, history: bool) -> None:
+def budget(policy: Path, analyst: str | None, history: bool, init: bool) -> None:
     """Show the total budget, what is spent and what remains, and the history of charges."""
     loaded = load_policy(policy)
-    ledger = BudgetLedger(loaded.budget.ledger, loaded.budget)
+    existed = loaded.budget.ledger.exists()
+    ledger = BudgetLedger(loaded.budget.ledger, loaded.budget, create=init)
+    if init:
+        click.echo(f"ledger {'exists' if existed else 'created'}: {loaded.budget.ledger}", err=True)
     total = ledger.spending()
     click.echo(f"ledger: {loaded.budget.ledger}  (accounting: {total.accounting.value})")
     click.echo(f"total:     epsilon {total.epsilon_spent:g} spent of {total.epsilon_total:g}, "
@@ -185,7 +189,6 @@ def check(file: Path) -> None:
 
     loaded = load_policy(file)
     Engine(loaded).close()
-    BudgetLedger(loaded.budget.ledger, loaded.budget)
     for table in loaded.tables.values():
         bounded = [c.name for c in table.columns.values() if c.bounded]
         public = [c.name for c in table.columns.values() if c.values is not None]
@@ -194,5 +197,10 @@ def check(file: Path) -> None:
                    f"rows per unit; bounded: {', '.join(bounded) or '-'}; public values: {', '.join(public) or '-'}")
     budget = loaded.budget
     click.echo(f"budget: epsilon {budget.epsilon:g}, delta {budget.delta:g}, {budget.accounting.value} accounting, "
-               f"{budget.mechanism.value} noise; ledger {budget.ledger}")
+               f"{budget.mechanism.value} noise")
+    if budget.ledger.exists():
+        spent = BudgetLedger(budget.ledger, budget).spending()
+        click.echo(f"ledger: {budget.ledger}: {spent.queries} queries, epsilon {spent.epsilon_spent:g} spent")
+    else:
+        click.echo(f"ledger: {budget.ledger} does not exist yet: create it with `dpsql budget --init --policy {file}`")
     click.echo("ok")

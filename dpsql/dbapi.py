@@ -80,14 +80,16 @@ def Binary(value: bytes) -> bytes:
 
 def connect(policy: str | Path, analyst: str | None = None, epsilon: float | None = None, *,
             rng: RandomSource | None = None, bounding_seed: int | None = None,
-            threads: int | None = None) -> Connection:
+            threads: int | None = None, create_ledger: bool = False) -> Connection:
     """Open a private connection: load the policy's tables into a sandboxed engine and open the ledger.
 
-    `epsilon` is the default cost of each query (else the policy's query_epsilon). `rng` and `bounding_seed` are
-    for tests and benchmarks only: production noise comes from the operating system's secure generator.
+    `epsilon` is the default cost of each query (else the policy's query_epsilon). `create_ledger` makes the
+    budget ledger if it does not exist yet: the steward's first start, never a way round a deleted ledger.
+    `rng` and `bounding_seed` are for tests and benchmarks only: production noise comes from the operating
+    system's secure generator.
     """
     session = PrivateSession(policy, analyst, epsilon=epsilon, rng=rng, bounding_seed=bounding_seed,
-                             threads=threads)
+                             threads=threads, create_ledger=create_ledger)
     return Connection(session)
 
 

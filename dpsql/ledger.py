@@ -112,7 +112,9 @@ class _Total:
 class BudgetLedger:
     """One process's handle on a ledger file, shared safely with every other process that opens it."""
 
-    def __init__(self, path: Path, budget: BudgetPolicy) -> None:
+    def __init__(self, path: Path, budget: BudgetPolicy, *, create: bool = False) -> None:
+        """Open the ledger at `path`. Only with `create` is a missing ledger made: a ledger that has gone missing
+        is refused, never taken for a fresh budget. Creating one is the steward's step (`dpsql budget --init`)."""
         self.path = path
         self.budget = budget
         self._lock = threading.Lock()
@@ -122,6 +124,9 @@ class BudgetLedger:
             raise LedgerError(f"budget ledger {path}: the folder {path.parent} does not exist; refusing to answer "
                               "without a ledger")
         if not path.exists():
+            if not create:
+                raise LedgerError(f"no budget ledger at {path}: the steward creates it once with `dpsql budget "
+                                  "--init --policy POLICY`; a missing ledger is never taken for a fresh budget")
             self._create()
         with self._lock:
             stored = self._read(lambda con: con.execute("SELECT value FROM meta WHERE key = 'accounting'")

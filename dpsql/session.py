@@ -63,12 +63,12 @@ class PrivateSession:
 
     def __init__(self, policy: Policy | str | Path, analyst: str | None = None, *,
                  epsilon: float | None = None, rng: RandomSource | None = None,
-                 bounding_seed: int | None = None, threads: int | None = None) -> None:
+                 bounding_seed: int | None = None, threads: int | None = None, create_ledger: bool = False) -> None:
         self.policy = policy if isinstance(policy, Policy) else load_policy(policy)
         self.analyst = analyst or _default_analyst()
         self.default_epsilon = epsilon
         self.rng = rng if rng is not None else SecureRandom()
-        self.ledger = BudgetLedger(self.policy.budget.ledger, self.policy.budget)
+        self.ledger = BudgetLedger(self.policy.budget.ledger, self.policy.budget, create=create_ledger)
         self.engine = Engine(self.policy, bounding_seed=bounding_seed, threads=threads)
         self.post = PostProcessor()
         self._prepared: dict[tuple, PreparedQuery] = {}

@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
+from dpsql.ledger import BudgetLedger
 from dpsql.noise import InsecureSeededRandomForTests
+from dpsql.policy import load_policy
 from dpsql.session import PrivateSession
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,8 +40,17 @@ def toml_value(value: Any) -> str:
     raise TypeError(type(value))
 
 
+def create_ledger(policy: Path) -> Path:
+    """The steward's one-time step: create the policy's budget ledger (`dpsql budget --init`)."""
+    loaded = load_policy(policy)
+    BudgetLedger(loaded.budget.ledger, loaded.budget, create=True).close()
+    return policy
+
+
 def write_policy(path: Path, tables: dict[str, dict[str, Any]], budget: dict[str, Any] | None = None) -> Path:
-    """A policy TOML: `tables` maps a name to its keys, with `columns` mapping column names to inline tables."""
+    """A policy TOML: `tables` maps a name to its keys, with `columns` mapping column names to inline tables.
+    Its ledger is not created: sessions in the tests that need one pass create_ledger=True or call
+    create_ledger."""
     budget = {"epsilon": 100.0, "delta": 1e-6, "query_epsilon": 1.0, **(budget or {})}
     lines = ["[budget]", *(f"{k} = {toml_value(v)}" for k, v in budget.items())]
     for name, spec in tables.items():
@@ -64,14 +75,14 @@ def pums_policy(tmp_path: Path) -> Path:
     """The shipped PUMS policy, with its data and a fresh ledger in a temporary folder."""
     for name in ("pums.toml", "PUMS_pid.csv"):
         shutil.copy(SAMPLE / "pums" / name, tmp_path / name)
-    return tmp_path / "pums.toml"
+    return create_ledger(tmp_path / "pums.toml")
 
 
 @pytest.fixture
 def visits_policy(tmp_path: Path) -> Path:
     for name in ("visits.toml", "visits.csv"):
         shutil.copy(SAMPLE / name, tmp_path / name)
-    return tmp_path / "visits.toml"
+    return create_ledger(tmp_path / "visits.toml")
 
 
 @pytest.fixture

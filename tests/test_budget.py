@@ -13,17 +13,17 @@ import pytest
 from dpsql.errors import BudgetExhausted, LedgerError
 from dpsql.ledger import epsilon_of_rho, rho_budget
 from dpsql.session import PrivateSession
-from tests.conftest import seeded, write_csv, write_policy
+from tests.conftest import create_ledger, seeded, write_csv, write_policy
 
 COUNT = "SELECT COUNT(*) FROM t"
 
 
 def _policy(tmp_path: Path, **budget) -> Path:
     write_csv(tmp_path / "t.csv", ["pid", "x"], [(i, i % 7) for i in range(1, 50)])
-    return write_policy(tmp_path / "p.toml", {"t": {
+    return create_ledger(write_policy(tmp_path / "p.toml", {"t": {
         "source": "t.csv", "privacy_unit": "pid", "max_rows_per_unit": 1,
         "columns": {"pid": {"type": "int"}, "x": {"type": "int", "lower": 0, "upper": 6}}}},
-        {"epsilon": 1.0, "delta": 1e-6, **budget})
+        {"epsilon": 1.0, "delta": 1e-6, **budget}))
 
 
 def test_ten_queries_of_a_tenth_spend_exactly_one(tmp_path: Path) -> None:

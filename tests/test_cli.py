@@ -120,3 +120,19 @@ def test_init_then_policy_check(tmp_path: Path) -> None:
     assert code == 0 and "table people: 3 columns, unit person" in out and out.strip().endswith("ok")
     code, _, err = run("init", str(tmp_path / "people.csv"), "-o", str(policy))
     assert code == 2 and "exists already" in err
+
+
+def test_no_ledger_no_answer_until_the_steward_creates_it(tmp_path: Path) -> None:
+    """A missing ledger is never a fresh budget: `query` refuses until `budget --init` creates it."""
+    policy = tmp_path / "visits.toml"
+    for name in ("visits.toml", "visits.csv"):
+        (tmp_path / name).write_bytes((Path(__file__).parent.parent / "sample_data" / name).read_bytes())
+    code, out, err = run("query", "SELECT COUNT(*) FROM visits", "--policy", str(policy))
+    assert code == 1 and out == "" and "no budget ledger" in err and "dpsql budget --init" in err
+    code, out, _ = run("policy", "check", str(policy))
+    assert code == 0 and "does not exist yet" in out
+    code, out, err = run("budget", "--init", "--policy", str(policy))
+    assert code == 0 and "ledger created" in err and "0 queries" in out
+    assert run("query", "SELECT COUNT(*) FROM visits", "--policy", str(policy))[0] == 0
+    code, out, err = run("budget", "--init", "--policy", str(policy))
+    assert code == 0 and "ledger exists" in err and "1 queries" in out  # a second init changes nothing

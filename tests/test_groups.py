@@ -32,7 +32,7 @@ def cities(tmp_path: Path):
         "source": "t.csv", "privacy_unit": "pid", "max_rows_per_unit": 3,
         "columns": {"pid": {"type": "int"}, "city": {"type": "text"}}}},
         {"epsilon": 1e6, "delta": 1e-3, "query_delta": 1e-8})
-    session = PrivateSession(policy, "t", rng=seeded(2), bounding_seed=3)
+    session = PrivateSession(policy, "t", rng=seeded(2), bounding_seed=3, create_ledger=True)
     yield session
     session.close()
 

@@ -87,7 +87,7 @@ def test_the_same_rejection_whatever_the_data(tmp_path: Path) -> None:
         policy = write_policy(folder / "p.toml", {"t": {
             "source": "t.csv", "privacy_unit": "pid", "max_rows_per_unit": 1,
             "columns": {"pid": {"type": "int"}, "age": {"type": "int"}, "income": {"type": "float"}}}})
-        session = PrivateSession(policy, "x", rng=seeded(0))
+        session = PrivateSession(policy, "x", rng=seeded(0), create_ledger=True)
         with pytest.raises(QueryRejected) as caught:
             session.execute("SELECT AVG(income) FROM t WHERE age > 3")
         messages.append(str(caught.value))
@@ -121,7 +121,7 @@ def test_undeclared_group_keys_need_a_delta(tmp_path: Path) -> None:
     policy = write_policy(tmp_path / "p.toml", {"t": {
         "source": "t.csv", "privacy_unit": "pid", "max_rows_per_unit": 1,
         "columns": {"pid": {"type": "int"}, "city": {"type": "text"}}}}, {"delta": 0.0})
-    session = PrivateSession(policy, "x", rng=seeded(0))
+    session = PrivateSession(policy, "x", rng=seeded(0), create_ledger=True)
     with pytest.raises(QueryRejected, match="(?i)declare the column's public values"):
         session.execute("SELECT city, COUNT(*) FROM t GROUP BY city")
     session.close()

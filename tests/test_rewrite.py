@@ -37,7 +37,7 @@ def _session(tmp_path: Path, max_rows: int, rows=ROWS):
                     "x": {"type": "float", "lower": 0, "upper": 10},
                     "y": {"type": "int", "lower": -5, "upper": 5, "nullable": False},
                     "flag": {"type": "bool"}}}}, {"epsilon": 1e12, "query_epsilon": 1e6})
-    session = PrivateSession(policy, "t", rng=seeded(3), bounding_seed=11)
+    session = PrivateSession(policy, "t", rng=seeded(3), bounding_seed=11, create_ledger=True)
     yield session
     session.close()
 

@@ -126,7 +126,7 @@ def test_every_source_kind_loads_and_then_is_closed_off(tmp_path: Path, kind: st
         "source": source, **extra, "privacy_unit": "pid", "max_rows_per_unit": 1,
         "columns": {"pid": {"type": "int"}, "g": {"type": "int", "values": [0, 1, 2]}}}},
         {"epsilon": 1e9, "query_epsilon": 1e6})
-    session = PrivateSession(policy, "s", rng=seeded(1))
+    session = PrivateSession(policy, "s", rng=seeded(1), create_ledger=True)
     result = session.execute("SELECT g, COUNT(*) FROM t GROUP BY g ORDER BY g")
     assert [row[1] for row in result.rows] == [10, 10, 10]
     databases = {row[0] for row in session.engine._con.execute("SELECT database_name FROM duckdb_databases()")

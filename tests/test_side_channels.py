@@ -44,7 +44,7 @@ def _world(folder: Path, with_target: bool) -> PrivateSession:
         "source": "t.csv", "privacy_unit": "pid", "max_rows_per_unit": 1,
         "columns": {"pid": {"type": "int"}, "x": {"type": "int"}, "code": {"type": "text"},
                     "y": {"type": "int", "lower": 0, "upper": 8}}}}, {"epsilon": 1e9, "delta": 1e-3})
-    return PrivateSession(policy, "attacker", rng=seeded(2), bounding_seed=5)
+    return PrivateSession(policy, "attacker", rng=seeded(2), bounding_seed=5, create_ledger=True)
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dpsql.ledger import BudgetLedger
 from dpsql.noise import InsecureSeededRandomForTests
-from dpsql.policy import ColumnPolicy, ColumnType
+from dpsql.policy import ColumnPolicy, ColumnType, load_policy
 from dpsql.session import PrivateSession
 
 
@@ -85,6 +86,13 @@ def write_dataset(folder: Path, table: Table, rows: Iterable[Sequence[Any]], bud
     return policy
 
 
+def create_ledger(policy: Path) -> Path:
+    """Create the policy's ledger once, as the steward's `dpsql budget --init` does, before analysts use it."""
+    loaded = load_policy(policy)
+    BudgetLedger(loaded.budget.ledger, loaded.budget, create=True).close()
+    return policy
+
+
 def _csv(value: Any) -> Any:
     if value is None:
         return ""
@@ -94,5 +102,7 @@ def _csv(value: Any) -> Any:
 
 
 def open_session(policy: Path, seed: int, analyst: str = "attacker") -> PrivateSession:
-    """A session whose noise comes from dpsql's seeded test generator (repeatable, protects no one)."""
-    return PrivateSession(policy, analyst, rng=InsecureSeededRandomForTests(seed), bounding_seed=seed)
+    """A session whose noise comes from dpsql's seeded test generator (repeatable, protects no one). Acting as the
+    steward too, it creates the policy's ledger on first use."""
+    return PrivateSession(policy, analyst, rng=InsecureSeededRandomForTests(seed), bounding_seed=seed,
+                          create_ledger=True)

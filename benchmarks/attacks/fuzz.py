@@ -26,7 +26,7 @@ from typing import Any
 from click.testing import CliRunner
 from sqlglot import exp, parse_one
 
-from benchmarks.attacks.fixtures import Budget, Table, column, open_session, write_dataset
+from benchmarks.attacks.fixtures import Budget, Table, column, create_ledger, open_session, write_dataset
 from benchmarks.attacks.fuzz_grammar import cases
 from benchmarks.attacks.script import options, scratch
 from dpsql.cli import main as cli
@@ -70,7 +70,7 @@ def write_fuzz_table(folder: Path, seed: int = 0) -> Path:
              r.choice([True, False, None]), r.choice(["2023-05-01", "2024-02-29", None]),
              r.choice(["alpha", "beta", "a%b", "it's", "ü", None])) for _ in range(200)]
     # 1e12: never exhausted by a run (ODD_EPSILONS' 1e13 is the one that must be refused as too much)
-    return write_dataset(folder, TABLE, rows, Budget(epsilon=1e12, query_epsilon=EPSILON))
+    return create_ledger(write_dataset(folder, TABLE, rows, Budget(epsilon=1e12, query_epsilon=EPSILON)))
 
 
 def with_inputs(queries: Sequence[str], rng: random.Random) -> list[Case]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-from benchmarks.attacks.fixtures import Budget, Table, column, open_session, write_dataset
+from benchmarks.attacks.fixtures import Budget, Table, column, create_ledger, open_session, write_dataset
 from benchmarks.attacks.ledger_worker import QUERY, command
 from benchmarks.attacks.script import options, scratch
 from dpsql.ledger import BudgetLedger
@@ -90,15 +90,6 @@ class Concurrency:
         return (f"  {what}: {self.processes} processes, {self.attempts} attempts at epsilon {float(self.cost):g} "
                 f"against a budget of {self.ledger.total:g}: {self.answers} answers, {self.refusals} refusals, "
                 f"{self.ledger.charges} charges, overspend {float(self.overspend):g}, ledger {self.ledger.integrity}")
-
-
-def create_ledger(policy: Path) -> None:
-    """Create the policy's ledger once, as the steward's `dpsql policy check` does, before analysts use it."""
-    loaded = load_policy(policy)
-    ledger = BudgetLedger(loaded.budget.ledger, loaded.budget)
-    close = getattr(ledger, "close", None)
-    if close is not None:
-        close()
 
 
 def spend_concurrently(policy: Path, processes: int, attempts: int, epsilon: float) -> Concurrency:
@@ -278,7 +269,7 @@ def _readonly_cases(folder: Path) -> list[Refusal]:
         if folder_mode is not None:
             ledger.parent.mkdir()
             if file_mode is not None:  # an existing ledger with one charge in it
-                BudgetLedger(ledger, load_policy(policy).budget)
+                BudgetLedger(ledger, load_policy(policy).budget, create=True).close()
                 write_ledger_charge(policy)
                 ledger.chmod(file_mode)
             ledger.parent.chmod(folder_mode if os.geteuid() == 0 else folder_mode & 0o555)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.attacks.fixtures import Budget, open_session
+from benchmarks.attacks.fixtures import Budget, create_ledger, open_session
 from benchmarks.attacks.ledger_faults import (
     QUERY,
     cli_concurrently,
@@ -100,11 +100,9 @@ def test_several_processes_can_start_at_once_on_a_new_ledger(tmp_path: Path, att
 
 
 def test_a_deleted_ledger_is_not_a_fresh_budget_for_the_next_process(tmp_path: Path) -> None:
-    """59f3d94: "a deleted ledger refuses instead of resetting the budget". That holds inside one process; a new
-    process (every `dpsql query`) finds no file and creates an empty ledger: the whole budget again. Fails until
-    creating a ledger is a deliberate step (e.g. `dpsql policy check` or `dpsql budget init`), not a side effect
-    of the first query."""
-    policy = write_people(tmp_path, Budget(epsilon=1.0))
+    """A new process (every `dpsql query`) that finds no ledger must refuse, not start an empty one: the whole
+    budget again. Creating a ledger is the steward's deliberate step (`dpsql budget --init`)."""
+    policy = create_ledger(write_people(tmp_path, Budget(epsilon=1.0)))
     dpsql = str(Path(sys.executable).with_name("dpsql"))
 
     def ask() -> subprocess.CompletedProcess:
