@@ -80,11 +80,12 @@ class Engine:
         else:
             unit = "row_number() OVER ()"
         row_hash = f"hash({', '.join(_quote(n) for n in table.columns)}, {salt})"
-        quantized = [f"{fixed_point(c.interval).centered(exp.column(name)).sql(DIALECT)} AS "
+        # 32-bit columns: a fixed-point bound is below 2**30, and no unit has 2**31 rows.
+        quantized = [f"CAST({fixed_point(c.interval).centered(exp.column(name)).sql(DIALECT)} AS INTEGER) AS "
                      f"{quantized_column(name)}" for name, c in table.columns.items() if c.bounded]
-        ranks = (f"row_number() OVER (PARTITION BY {UNIT} ORDER BY {ROW_KEY}) AS {RANK}, "
-                 f"count(*) OVER (PARTITION BY {UNIT}) AS {UNIT_ROWS}") if not table.row_privacy else \
-            f"1 AS {RANK}, 1 AS {UNIT_ROWS}"
+        ranks = (f"CAST(row_number() OVER (PARTITION BY {UNIT} ORDER BY {ROW_KEY}) AS INTEGER) AS {RANK}, "
+                 f"CAST(count(*) OVER (PARTITION BY {UNIT}) AS INTEGER) AS {UNIT_ROWS}") if not table.row_privacy \
+            else f"1 AS {RANK}, 1 AS {UNIT_ROWS}"
         where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
         # The conditions test the cleaned columns (NaN already NULL), not the raw ones.
         cleaned_rows = f"SELECT * FROM (SELECT {cleaned} FROM {source}) {where}"

@@ -6,8 +6,8 @@ sensitivity (Casacuberta et al., CCS 2022). dpsql never sums floats. Each row's 
 these as BIGINT into HUGEINT (128-bit), which is exact and order-independent. The noise is then added to that
 integer on the same grid, so the whole path from rows to released value is exact integer arithmetic.
 
-The grid step 2**-exponent is chosen so that `bound` is about 2**30: the rounding error of one row is at most
-2**-31 of its range, far below the noise.
+The grid step 2**-exponent is chosen so that `bound` is about 2**29 (so one row's integer fits a 32-bit INTEGER
+column): the rounding error of one row is at most 2**-30 of its range, far below the noise.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from sqlglot import exp
 
 from dpsql.bounds import Interval
 
-_PRECISION_BITS = 30
+_PRECISION_BITS = 29
 
 
 @dataclass(frozen=True)
