@@ -61,7 +61,11 @@ class AggregateCall:
     argument: exp.Expression | None  # None for COUNT(*) and COUNT(DISTINCT unit)
     interval: Interval | None  # the bounds of the argument, for the kinds that need them
     nullable: bool  # whether the argument can be NULL on some row
-    text: str
+    node: exp.Expression  # the call as written (qualified)
+
+    @functools.cached_property
+    def text(self) -> str:
+        return readable(self.node)
 
     @functools.cached_property
     def key(self) -> tuple[str, str]:
@@ -71,8 +75,11 @@ class AggregateCall:
 @dataclass(frozen=True)
 class GroupKey:
     expression: exp.Expression
-    text: str
     domain: tuple[Any, ...] | None  # the public values; None means the keys need partition selection
+
+    @functools.cached_property
+    def text(self) -> str:
+        return readable(self.expression)
 
 
 @dataclass(frozen=True)
@@ -200,13 +207,13 @@ def _group_expressions(tree: exp.Select) -> list[exp.Expression]:
 
 
 def _group_key(expression: exp.Expression, table: TablePolicy) -> GroupKey:
-    text = readable(expression)
-    vet_row_expression(expression, f"GROUP BY {text}")
+    place = _Place("GROUP BY", expression)
+    vet_row_expression(expression, place)
     columns = {c.name for c in expression.find_all(exp.Column)}
     if table.privacy_unit in columns:
-        raise QueryRejected(f"GROUP BY {text}: grouping by the privacy unit column '{table.privacy_unit}' would "
+        raise QueryRejected(f"{place}: grouping by the privacy unit column '{table.privacy_unit}' would "
                             "give one group per person")
-    return GroupKey(expression, text, _domain(expression, table))
+    return GroupKey(expression, _domain(expression, table))
 
 
 def _domain(expression: exp.Expression, table: TablePolicy) -> tuple[Any, ...] | None:
@@ -282,7 +289,7 @@ class _Place:
     node: exp.Expression | None = None
 
     def __str__(self) -> str:
-        return f"{self.clause} {readable(self.node)}" if self.node is not None else self.clause
+        return f"{self.clause} {readable(self.node)}".strip() if self.node is not None else self.clause
 
 
 def _replace_private(node: exp.Expression, table: TablePolicy, key_index: dict[exp.Expression, int],
@@ -316,7 +323,7 @@ def _replace_private(node: exp.Expression, table: TablePolicy, key_index: dict[e
 
 
 def _aggregate(node: exp.Expression, table: TablePolicy, context: _Place) -> AggregateCall:
-    text = readable(node)
+    text = _Place("", node)  # rendered only for a message
     if isinstance(node, exp.Filter):
         raise QueryRejected(f"{text}: FILTER (WHERE ...) is not supported; put the condition in a CASE inside "
                             "the aggregate or in the WHERE clause")
@@ -338,24 +345,24 @@ def _aggregate(node: exp.Expression, table: TablePolicy, context: _Place) -> Agg
         interval = interval_of(argument, table.columns)
     except Unbounded as exc:
         raise QueryRejected(f"{text}: {exc}") from None
-    return AggregateCall(kind, argument, interval, _nullable(argument, table), text)
+    return AggregateCall(kind, argument, interval, _nullable(argument, table), node)
 
 
-def _count(node: exp.Count, table: TablePolicy, text: str) -> AggregateCall:
+def _count(node: exp.Count, table: TablePolicy, text: _Place) -> AggregateCall:
     argument = node.this
     if argument is None or isinstance(argument, exp.Star):
-        return AggregateCall(AggregateKind.COUNT, None, None, False, text)
+        return AggregateCall(AggregateKind.COUNT, None, None, False, node)
     if isinstance(argument, exp.Distinct):
         inner = argument.expressions
         if (len(inner) == 1 and isinstance(inner[0], exp.Column) and table.privacy_unit is not None
                 and inner[0].name == table.privacy_unit):
-            return AggregateCall(AggregateKind.COUNT_UNITS, None, None, False, text)
+            return AggregateCall(AggregateKind.COUNT_UNITS, None, None, False, node)
         unit = f"COUNT(DISTINCT {table.privacy_unit})" if table.privacy_unit else "COUNT(*) (one row per person)"
         raise QueryRejected(f"{text}: COUNT(DISTINCT ...) is only supported on the privacy unit: {unit}")
     vet_row_expression(argument, text)
     if not _nullable(argument, table):
-        return AggregateCall(AggregateKind.COUNT, None, None, False, text)
-    return AggregateCall(AggregateKind.COUNT, argument, None, True, text)
+        return AggregateCall(AggregateKind.COUNT, None, None, False, node)
+    return AggregateCall(AggregateKind.COUNT, argument, None, True, node)
 
 
 def _nullable(expression: exp.Expression, table: TablePolicy) -> bool:

@@ -27,10 +27,17 @@ def explain(query_plan: QueryPlan) -> str:
     lines += ["", "Outputs (post-processing of the measurements, free):"]
     for recipe in query_plan.recipes:
         lines.append(f"  {recipe.call.text} = {_formula(recipe, query_plan.measurements)}")
-    if query.where is not None or query.keys or len(query.output_names) > len(query_plan.recipes):
+    if _post_processes(query_plan):
         lines += ["", f"Then, on the noisy cells only: {_readable_outer(query_plan)}"]
     lines += ["", "Rewritten SQL (runs on the data, enforces the bounds):", _indent(pretty(query_plan))]
     return "\n".join(lines)
+
+
+def _post_processes(query_plan: QueryPlan) -> bool:
+    """Whether the outer query does more than list the keys and aggregates."""
+    outer = query_plan.query.outer
+    return any(outer.args.get(c) for c in ("where", "order", "limit", "offset")) or not all(
+        isinstance(item.this, exp.Column) for item in outer.expressions)
 
 
 def _readable_outer(query_plan: QueryPlan) -> str:

@@ -7,6 +7,7 @@ the exact values again: everything below it is post-processing of the noisy inte
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Sequence
@@ -81,10 +82,9 @@ def _output(recipe: OutputRecipe, measurements: Sequence[Measurement], noisy: np
 
     def spread(terms: list[tuple[float, int]], cells: int) -> tuple[np.ndarray, np.ndarray]:
         """Half-width and std of sum_i coef_i * noise_i, the same for every group."""
-        scales = np.array([[abs(coef) * scale(i) for coef, i in terms]])
+        width = _half_width(tuple(abs(coef) * scale(i) for coef, i in terms), gaussian)
         variance = sum(coef**2 * measurements[i].std ** 2 for coef, i in terms)
-        width = gaussian_sum_half_width(scales, LEVEL) if gaussian else laplace_sum_half_width(scales, LEVEL)
-        return np.full(cells, width[0]), np.full(cells, math.sqrt(variance))
+        return np.full(cells, width), np.full(cells, math.sqrt(variance))
 
     kind = recipe.call.kind
     if kind in (AggregateKind.COUNT, AggregateKind.COUNT_UNITS) or (kind is AggregateKind.SUM
@@ -111,6 +111,13 @@ def _output(recipe: OutputRecipe, measurements: Sequence[Measurement], noisy: np
     observed = [real(i) for i in indices]
     low, high, std = fiducial_interval(observed, [scale(i) for i in indices], gaussian, LEVEL, output)
     return output(*observed), low, high, std
+
+
+@functools.lru_cache(maxsize=256)
+def _half_width(scales: tuple[float, ...], gaussian: bool) -> float:
+    """The half-width for noise with these scales: the same for every group and every release of a plan."""
+    row = np.array([scales])
+    return float((gaussian_sum_half_width(row, LEVEL) if gaussian else laplace_sum_half_width(row, LEVEL))[0])
 
 
 def _average(center: float, lower: float, upper: float):

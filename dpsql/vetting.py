@@ -60,8 +60,9 @@ def describe(node: exp.Expression) -> str:
     return type(node).__name__.lower()
 
 
-def vet_row_expression(node: exp.Expression, context: str) -> None:
-    """Refuse `node` unless every part of it is a vetted, deterministic, row-local construct."""
+def vet_row_expression(node: exp.Expression, context: object) -> None:
+    """Refuse `node` unless every part of it is a vetted, deterministic, row-local construct. `context` says where
+    it is in the query; it is rendered (str) only for an error message."""
     for part in node.walk():
         if isinstance(part, exp.AggFunc):
             raise QueryRejected(f"{context}: aggregate {part.sql('duckdb')} is not allowed here")
@@ -79,7 +80,7 @@ def vet_row_expression(node: exp.Expression, context: str) -> None:
         _vet_arguments(part, context)
 
 
-def _vet_arguments(part: exp.Expression, context: str) -> None:
+def _vet_arguments(part: exp.Expression, context: object) -> None:
     if isinstance(part, exp.In) and any(part.args.get(k) for k in ("query", "unnest", "field")):
         raise QueryRejected(f"{context}: IN takes a list of values here, not a subquery or UNNEST")
     if isinstance(part, _CASTS) and not part.to.is_type(*_CAST_TARGETS):

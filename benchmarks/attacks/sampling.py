@@ -24,7 +24,7 @@ from dpsql.plan import QueryPlan
 from dpsql.release import release
 from dpsql.session import PrivateSession
 
-RUN_KEY = GroupKey(exp.column("__run"), "__run", None)
+RUN_KEY = GroupKey(exp.column("__run"), None)
 
 Release = dict[tuple[Any, ...], np.ndarray]  # one release: each released group's key -> its output values
 
