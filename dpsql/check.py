@@ -116,7 +116,9 @@ def check(parsed: ParsedQuery, policy: Policy) -> CheckedQuery:
     names = _output_names(tree)
     schema = {table.name: {c.name: c.type.duckdb for c in table.columns.values()}}
     try:
-        tree = qualify(tree, schema=schema, dialect=DIALECT, validate_qualify_columns=True)
+        # Quoting is left as the analyst wrote it (a reserved word must be quoted to parse at all).
+        tree = qualify(tree, schema=schema, dialect=DIALECT, validate_qualify_columns=True, expand_stars=False,
+                       quote_identifiers=False, identify=False)
     except OptimizeError as exc:
         raise ProgrammingError(f"{exc} (table '{table.name}' has the columns: "
                                f"{', '.join(sorted(table.columns))})") from None

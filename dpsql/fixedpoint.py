@@ -12,6 +12,7 @@ column): the rounding error of one row is at most 2**-30 of its range, far below
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -72,6 +73,7 @@ def _integer(value: int) -> exp.Expression:
     return exp.Neg(this=literal) if value < 0 else literal
 
 
+@functools.lru_cache(maxsize=1024)
 def fixed_point(interval: Interval) -> FixedPoint:
     magnitude = max(interval.half_width, abs(interval.mid) * 2.0**-_PRECISION_BITS, 2.0**-60)
     exponent = _PRECISION_BITS - math.floor(math.log2(magnitude))
