@@ -108,7 +108,7 @@ def test_the_sql_that_runs_enforces_the_bounds(session) -> None:
     assert "__dp_rank <= 3" in plain  # the per-unit rank prepared at load, filtered per query
     assert "ROW_NUMBER" not in plain  # no per-query sort without a filter
     assert "__dp_q_y" in plain  # the bare bounded column's precomputed fixed-point integer
-    assert "GREATEST(LEAST(CAST(\"t\".\"x\" AS DOUBLE), 10.0e0), 0.0e0)" in plain  # x clamped inside the aggregate
+    assert "GREATEST(LEAST(CAST(t.x AS DOUBLE), 10.0e0), 0.0e0)" in plain  # x clamped inside the aggregate
     assert "20.0e0" in plain  # x * 2 clamped to its derived interval [0, 20]
     filtered = session.prepare("SELECT COUNT(*) FROM t WHERE y > 0").bounded.sql
     assert "__dp_n <= 3" in filtered and "QUALIFY" in filtered
