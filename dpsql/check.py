@@ -21,7 +21,7 @@ from dpsql.bounds import Interval, Unbounded, interval_of
 from dpsql.errors import ProgrammingError, QueryRejected
 from dpsql.parse import DIALECT, ParsedQuery
 from dpsql.policy import ColumnType, Policy, TablePolicy
-from dpsql.vetting import ROW_NODES, describe, vet_row_expression
+from dpsql.vetting import ROW_NODES, ConstantChecker, describe, vet_row_expression
 
 NOISY_TABLE = "__noisy"
 KEY_PREFIX = "__k"
@@ -128,6 +128,7 @@ def check(parsed: ParsedQuery, policy: Policy) -> CheckedQuery:
     keys = tuple(_group_key(e, table) for e in _group_expressions(tree))
     aggregates: list[AggregateCall] = []
     outer = _outer_query(tree, table, keys, aggregates)
+    _check_constants(tree)
     if not aggregates:
         raise QueryRejected("the query has no aggregate: only aggregates such as COUNT(*), SUM, AVG can be "
                             "released privately, never individual rows")
@@ -141,6 +142,22 @@ def check(parsed: ParsedQuery, policy: Policy) -> CheckedQuery:
         output_names=names,
         output_aggregate=tuple(_single_aggregate(e.this) for e in outer.expressions),
     )
+
+
+_CONSTANTS = ConstantChecker()
+
+
+def _check_constants(tree: exp.Select) -> None:
+    """Every constant part of the query evaluates without error (see vetting.ConstantChecker)."""
+    parts = [("SELECT", e) for e in tree.expressions]
+    for clause in ("where", "having"):
+        if tree.args.get(clause) is not None:
+            parts.append((clause.upper(), tree.args[clause].this))
+    parts += [("GROUP BY", e) for e in _group_expressions(tree)]
+    if tree.args.get("order") is not None:
+        parts += [("ORDER BY", item.this) for item in tree.args["order"].expressions]
+    for clause, node in parts:
+        _CONSTANTS.check(node, clause)
 
 
 def _check_clauses(tree: exp.Select) -> None:

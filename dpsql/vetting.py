@@ -9,6 +9,9 @@ construct that can fail in a way TRY misses (a LIKE's ESCAPE) are checked here, 
 
 from __future__ import annotations
 
+import threading
+
+import duckdb
 from sqlglot import exp
 
 from dpsql.errors import QueryRejected
@@ -103,6 +106,47 @@ def _vet_arguments(part: exp.Expression, context: object) -> None:
 
 def _is_literal(node: exp.Expression | None) -> bool:
     return isinstance(node, exp.Literal) or (isinstance(node, exp.Escape) and isinstance(node.this, exp.Literal))
+
+
+_LEAVES = (exp.Literal, exp.Null, exp.Boolean, exp.Identifier, exp.DataType, exp.DataTypeParam, exp.Var, exp.Star,
+           exp.Interval)
+_NOT_CONSTANT = (exp.Column, exp.AggFunc, exp.Star, exp.Placeholder, exp.Parameter, exp.Window, exp.Query,
+                 exp.Subquery, exp.Table)
+
+
+def constant_parts(node: exp.Expression) -> list[exp.Expression]:
+    """The largest subexpressions that read no column and no aggregate (beyond bare literals)."""
+    if isinstance(node, _LEAVES):
+        return []
+    if not any(isinstance(part, _NOT_CONSTANT) for part in node.walk()):
+        return [node]
+    return [part for child in node.iter_expressions() for part in constant_parts(child)]
+
+
+class ConstantChecker:
+    """Evaluates an expression's constant parts once, in an empty sandboxed DuckDB, before any data is touched.
+
+    DuckDB folds constants while it plans, and a constant that fails (`0 IN ('NULL', 0.5)`: 'NULL' is no
+    DECIMAL) raises an error that TRY does not catch; whether the planner reaches it can depend on the table's
+    statistics (a filter pruned by min/max), which would make the error an oracle. Evaluated here, from the text
+    alone, such a constant is refused whatever the data.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": "false",
+                                                       "autoload_known_extensions": "false"})
+        self._con.execute("SET enable_external_access = false")
+        self._con.execute("SET lock_configuration = true")
+
+    def check(self, node: exp.Expression, context: object) -> None:
+        for part in constant_parts(node):
+            with self._lock:
+                try:
+                    self._con.execute(f"SELECT {part.sql('duckdb')}").fetchall()
+                except duckdb.Error as exc:
+                    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                    raise QueryRejected(f"{context}: {part.sql('duckdb')} cannot be evaluated ({first})") from None
 
 
 def may_fail(node: exp.Expression) -> bool:
