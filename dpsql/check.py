@@ -39,10 +39,6 @@ class AggregateKind(StrEnum):
     STDDEV_SAMP = "stddev_samp"
     STDDEV_POP = "stddev_pop"
 
-    @property
-    def needs_bounds(self) -> bool:
-        return self not in (AggregateKind.COUNT, AggregateKind.COUNT_UNITS)
-
 
 _AGGREGATES: dict[type[exp.Expression], AggregateKind] = {
     exp.Sum: AggregateKind.SUM,

@@ -75,10 +75,6 @@ class Spending:
     def epsilon_remaining(self) -> float:
         return max(0.0, self.epsilon_total - self.epsilon_spent)
 
-    @property
-    def delta_remaining(self) -> float:
-        return max(0.0, self.delta_total - self.delta_spent)
-
 
 def exact(value: float | int | str | Fraction) -> Fraction:
     """The rational a user meant: 0.1 is 1/10, not the binary float nearest to it."""
