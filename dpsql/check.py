@@ -88,6 +88,7 @@ class CheckedQuery:
     outer: exp.Select  # post-processing over __noisy(__k0.., __a0..): select items aliased __o0..
     output_names: tuple[str, ...]
     output_aggregate: tuple[int | None, ...]  # per output, the one aggregate it is a monotone function of
+    output_noisy: tuple[bool, ...]  # per output, whether it depends on any aggregate
 
 
 def readable(node: exp.Expression) -> str:
@@ -137,6 +138,7 @@ def check(parsed: ParsedQuery, policy: Policy) -> CheckedQuery:
         outer=outer,
         output_names=names,
         output_aggregate=tuple(_single_aggregate(e.this) for e in outer.expressions),
+        output_noisy=tuple(bool(_aggregate_columns(e.this)) for e in outer.expressions),
     )
 
 
@@ -389,9 +391,14 @@ def _nullable(expression: exp.Expression, table: TablePolicy) -> bool:
     return not isinstance(expression, exp.Literal)
 
 
+def _aggregate_columns(node: exp.Expression) -> list[str]:
+    """The noisy aggregate columns (__a<i>) an outer expression reads, once per occurrence."""
+    return [c.name for c in node.find_all(exp.Column) if c.name.startswith(AGG_PREFIX)]
+
+
 def _single_aggregate(node: exp.Expression) -> int | None:
     """The aggregate an output is a monotone function of, so its interval maps through; None otherwise."""
-    columns = [c.name for c in node.find_all(exp.Column) if c.name.startswith(AGG_PREFIX)]
+    columns = _aggregate_columns(node)
     if len(columns) != 1:
         return None
     monotone = (exp.Column, exp.Identifier, exp.Literal, exp.Paren, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Neg,

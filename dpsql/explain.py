@@ -94,7 +94,7 @@ def _formula(recipe: OutputRecipe, measurements: tuple[Measurement, ...]) -> str
     if recipe.count is None:
         m = measurements[recipe.total]
         return f"m{recipe.total}; {LEVEL:.0%} interval +/-{_num(m.mechanism.half_width(LEVEL) * float(m.spec.step))}"
-    center = _num(float(recipe.point.center * recipe.point.step))
+    center = _num(recipe.point.center_value)
     bounds = f"[{_num(recipe.point.interval.lo)}, {_num(recipe.point.interval.hi)}]"
     if kind is AggregateKind.SUM:
         return f"m{recipe.total} + {center} * m{recipe.count}; interval from both noises"

@@ -35,6 +35,10 @@ class FixedPoint:
     def step(self) -> Fraction:
         return Fraction(2) ** -self.exponent
 
+    @property
+    def center_value(self) -> float:
+        return float(self.center * self.step)
+
     def centered(self, value: exp.Expression) -> exp.Expression:
         """SQL turning a value into its clamped, centered integer. NULL stays NULL (LEAST/GREATEST would not)."""
         clamped = clamp(value, self.interval)

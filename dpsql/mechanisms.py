@@ -52,10 +52,6 @@ class LaplaceMechanism:
         u = self._inverse_scale
         return 2 * math.exp(-u) / math.expm1(-u) ** 2
 
-    @property
-    def continuous_scale(self) -> float:
-        return float(self.scale)
-
     def upper_tail(self, k: int) -> float:
         """P(Z >= k) = alpha^k / (1 + alpha), for k >= 1."""
         u = self._inverse_scale

@@ -64,9 +64,8 @@ class MeasurementSpec:
         if self.kind is MeasurementKind.SUM:
             if self.plain:
                 return f"SUM({arg})"
-            return f"SUM({arg} - {float(self.value_point.center * self.value_point.step):g})"
-        return f"SUM(({arg} - {float(self.value_point.center * self.value_point.step):g})^2 - "\
-               f"{float(self.square_point.center * self.square_point.step):g})"
+            return f"SUM({arg} - {self.value_point.center_value:g})"
+        return f"SUM(({arg} - {self.value_point.center_value:g})^2 - {self.square_point.center_value:g})"
 
     def row_range(self) -> tuple[int, int]:
         """The integer one row contributes, in grid steps."""
@@ -277,7 +276,7 @@ def _recipe(call: AggregateCall, m: int, use, plain: bool) -> OutputRecipe:
         spec = MeasurementSpec(MeasurementKind.ROWS) if m == 1 else MeasurementSpec(MeasurementKind.UNITS)
         return OutputRecipe(call, count=use(spec, 1.0))
     point = fixed_point(call.interval)
-    mid, half = _center(point), float(point.bound * point.step)
+    mid, half = point.center_value, float(point.bound * point.step)
     typical = max(abs(mid), half) or 1.0
     value = MeasurementSpec(MeasurementKind.SUM, call.argument, point)
     if call.kind is AggregateKind.SUM:
@@ -300,7 +299,3 @@ def _recipe(call: AggregateCall, m: int, use, plain: bool) -> OutputRecipe:
     total = use(value, factor * (4 * half**2 / 3) / typical_var**2)
     count = use(MeasurementSpec(MeasurementKind.ROWS, count_arg), factor * (half**2 / 6) ** 2 / typical_var**2)
     return OutputRecipe(call, count=count, total=total, squares=squares, point=point)
-
-
-def _center(point: FixedPoint) -> float:
-    return float(point.center * point.step)

@@ -74,9 +74,8 @@ def _output(recipe: OutputRecipe, measurements: Sequence[Measurement], noisy: np
         return noisy[:, index].astype(float) * float(measurements[index].spec.step)
 
     def scale(index: int) -> float:
-        m = measurements[index]
-        base = m.mechanism.scale if isinstance(m.mechanism, GaussianMechanism) else m.mechanism.continuous_scale
-        return float(base) * float(m.spec.step)
+        """b for Laplace, sigma for Gaussian, in value units."""
+        return float(measurements[index].mechanism.scale) * float(measurements[index].spec.step)
 
     gaussian = isinstance(measurements[0].mechanism, GaussianMechanism)
 
@@ -97,7 +96,7 @@ def _output(recipe: OutputRecipe, measurements: Sequence[Measurement], noisy: np
         upper = math.inf if kind is not AggregateKind.SUM else _sum_ceiling(recipe)
         return (*_clip(value, low, high, lower, upper), np.full(value.shape, measurements[index].std))
     interval = recipe.point.interval
-    center = float(recipe.point.center * recipe.point.step)
+    center = recipe.point.center_value
     if kind is AggregateKind.SUM:
         value = real(recipe.total) + center * real(recipe.count)
         width, std = spread([(1.0, recipe.total), (center, recipe.count)], len(value))
@@ -106,7 +105,7 @@ def _output(recipe: OutputRecipe, measurements: Sequence[Measurement], noisy: np
         output, indices = _average(center, interval.lo, interval.hi), [recipe.count, recipe.total]
     else:
         square_point = measurements[recipe.squares].spec.square_point
-        output = _spread(kind, float(square_point.center * square_point.step), interval.half_width**2)
+        output = _spread(kind, square_point.center_value, interval.half_width**2)
         indices = [recipe.count, recipe.total, recipe.squares]
     observed = [real(i) for i in indices]
     low, high, std = fiducial_interval(observed, [scale(i) for i in indices], gaussian, LEVEL, output)

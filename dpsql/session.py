@@ -15,9 +15,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from sqlglot import exp
-
-from dpsql.check import AGG_PREFIX, check
+from dpsql.check import check
 from dpsql.engine import Engine
 from dpsql.errors import DataError, ProgrammingError
 from dpsql.ledger import BudgetLedger, Charge, Spending, exact
@@ -108,9 +106,9 @@ class PrivateSession:
         rows = self.engine.run(prepared.bounded.sql)
         cells = release(query_plan, rows, self.rng)
         final = self.post.run(query_plan.query, prepared.key_types, cells)
-        noisy = [_uses_aggregate(e.this) for e in query_plan.query.outer.expressions]
+        query = query_plan.query
         columns = tuple(OutputColumn(name, kind, flag) for name, kind, flag in
-                        zip(query_plan.query.output_names, final.types, noisy, strict=True))
+                        zip(query.output_names, final.types, query.output_noisy, strict=True))
         return PrivateResult(columns, final.rows, final.intervals, final.stds, query_plan.cost, spending, query_plan)
 
     def spending(self, analyst: str | None = None) -> Spending:
@@ -145,10 +143,6 @@ def _epsilon(value: Any) -> Fraction:
     if number < _MIN_EPSILON:
         raise DataError(f"epsilon {value!r} is below {_MIN_EPSILON:g}: the noise would drown any answer")
     return exact(value)
-
-
-def _uses_aggregate(node: exp.Expression) -> bool:
-    return any(c.name.startswith(AGG_PREFIX) for c in node.find_all(exp.Column))
 
 
 def _default_analyst() -> str:
