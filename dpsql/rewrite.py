@@ -49,7 +49,6 @@ def quantized_column(column: str) -> str:
 class BoundedQuery:
     sql: str  # runs on the prepared table (and first on its empty twin, see engine.py)
     key_count: int
-    measurement_count: int
 
 
 @dataclass(frozen=True)
@@ -72,7 +71,7 @@ INTEGERS = "__dp_integers"
 def rewrite(plan: QueryPlan) -> BoundedQuery:
     name = plan.query.table.name
     sql = _build(plan, prepared_table(name)).sql(DIALECT)
-    return BoundedQuery(sql=sql, key_count=len(plan.query.keys), measurement_count=len(plan.measurements))
+    return BoundedQuery(sql=sql, key_count=len(plan.query.keys))
 
 
 def pretty(plan: QueryPlan) -> str:
