@@ -15,8 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.duckdb import DuckDB
 from sqlglot.errors import ParseError, TokenError
 
 from dpsql.errors import DataError, ProgrammingError, QueryRejected
@@ -25,6 +27,24 @@ logging.getLogger("sqlglot").setLevel(logging.ERROR)  # it warns when it falls b
 
 DIALECT = "duckdb"
 _MAX_SQL_LENGTH = 100_000
+_TEXT_POSITION = "dpsql_text_position"  # meta key: where in the SQL text a placeholder starts
+
+
+class _PositionedDuckDB(DuckDB):
+    """DuckDB's dialect, with each placeholder remembering where it stands in the text.
+
+    Positional `?` parameters bind in the order they are written, which no tree walk gives: the tree of
+    `(a > ? AND b > ?) OR c < ?` meets the placeholders in another order, breadth-first or depth-first, and
+    `LIMIT ?` sits wherever the Select node keeps it. So the parser records each placeholder's text offset.
+    """
+
+    class Parser(DuckDB.Parser):
+        def _parse_placeholder(self) -> exp.Expression | None:
+            start = self._curr.start if self._curr else None
+            placeholder = super()._parse_placeholder()
+            if placeholder is not None and start is not None:
+                placeholder.meta[_TEXT_POSITION] = start
+            return placeholder
 
 
 @dataclass(frozen=True)
@@ -41,7 +61,7 @@ def parse(sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None)
     if len(sql) > _MAX_SQL_LENGTH:
         raise ProgrammingError(f"the query is longer than {_MAX_SQL_LENGTH} characters")
     try:
-        statements = [s for s in sqlglot.parse(sql, read=DIALECT) if s is not None]
+        statements = [s for s in sqlglot.parse(sql, read=_PositionedDuckDB) if s is not None]
     except (ParseError, TokenError) as exc:
         raise ProgrammingError(f"cannot parse the SQL: {_first_line(exc)}") from None
     except RecursionError:
@@ -72,7 +92,8 @@ def _statement_kind(tree: exp.Expression) -> str:
 
 
 def _bind(tree: exp.Select, parameters: Sequence[Any] | Mapping[str, Any] | None) -> exp.Select:
-    placeholders = [node for node in tree.walk() if isinstance(node, exp.Placeholder | exp.Parameter)]
+    placeholders = sorted((node for node in tree.walk() if isinstance(node, exp.Placeholder | exp.Parameter)),
+                          key=_text_position)
     if not placeholders:
         if parameters:
             raise ProgrammingError(f"the query has no placeholders but {len(parameters)} parameters were given")
@@ -110,6 +131,13 @@ def _bind(tree: exp.Select, parameters: Sequence[Any] | Mapping[str, Any] | None
     return tree
 
 
+def _text_position(node: exp.Expression) -> int:
+    position = node.meta.get(_TEXT_POSITION)
+    if position is None:  # every placeholder comes from the parser above; binding out of order is a wrong answer
+        raise ProgrammingError(f"cannot tell where the placeholder {node.sql(DIALECT)} stands in the text")
+    return position
+
+
 def _placeholder_name(node: exp.Expression) -> str | None:
     name = node.this if isinstance(node, exp.Placeholder) else node.name
     if isinstance(name, exp.Expression):
@@ -118,7 +146,8 @@ def _placeholder_name(node: exp.Expression) -> str | None:
 
 
 def literal(value: Any) -> exp.Expression:
-    """A SQL literal node for one Python parameter value."""
+    """A SQL literal node for one Python parameter value: exactly that value, or a DataError."""
+    value = _exact_python_value(value)
     if value is None:
         return exp.Null()
     if isinstance(value, bool):
@@ -126,16 +155,44 @@ def literal(value: Any) -> exp.Expression:
     if isinstance(value, int):
         return exp.Literal.number(value) if value >= 0 else exp.Neg(this=exp.Literal.number(-value))
     if isinstance(value, float | decimal.Decimal):
-        if not math.isfinite(value):
-            raise DataError(f"parameter value {value!r} is not a finite number")
-        text = repr(float(value)) if isinstance(value, float) else str(value)
+        text = repr(value) if isinstance(value, float) else str(value)
         return exp.Literal.number(text) if value >= 0 else exp.Neg(this=exp.Literal.number(text.lstrip("-")))
     if isinstance(value, str):
         if "\x00" in value:
             raise DataError("a text parameter contains a NUL character")
-        return exp.Literal.string(value)
+        return exp.Literal.string(str(value))
     if isinstance(value, datetime.datetime):
         return exp.cast(exp.Literal.string(value.isoformat(sep=" ")), "TIMESTAMP")
     if isinstance(value, datetime.date):
         return exp.cast(exp.Literal.string(value.isoformat()), "DATE")
-    raise DataError(f"cannot bind a parameter of type {type(value).__name__}")
+    raise DataError(f"cannot bind a parameter of type {_type_name(value)}")
+
+
+def _exact_python_value(value: Any) -> Any:
+    """The plain Python value a parameter stands for, or a DataError: numpy scalars (what pandas passes) become
+    the Python number they hold, and a value without an exact finite meaning (NaN, infinity, sNaN, a complex or
+    a long double that a float would round) is refused rather than bound as something else."""
+    if isinstance(value, np.generic):
+        if isinstance(value, np.bool_):
+            return bool(value)
+        if isinstance(value, np.integer):
+            return int(value)
+        if isinstance(value, np.floating):
+            number = float(value)
+            if math.isfinite(number) and type(value)(number) != value:
+                raise DataError(f"parameter value {value!r} ({_type_name(value)}) has no exact float value")
+            value = number
+        elif isinstance(value, np.str_):
+            return str(value)
+        else:
+            raise DataError(f"cannot bind a parameter of type {_type_name(value)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise DataError(f"parameter value {value!r} is not a finite number")
+    if isinstance(value, decimal.Decimal) and not value.is_finite():
+        raise DataError(f"parameter value {value!r} is not a finite number")
+    return value
+
+
+def _type_name(value: Any) -> str:
+    kind = type(value)
+    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
