@@ -1,7 +1,9 @@
 """The `dpsql` command line. Errors are one line on stderr and an exit code, never a traceback.
 
-Exit codes: 0 answered; 1 a broken policy, ledger or engine failure; 2 a query that cannot be answered (malformed,
-rejected, bad parameters); 3 a query refused for lack of budget; 70 an internal error (a bug: please report).
+Exit codes: 0 answered; 1 a broken policy, ledger or engine failure; 2 a usage error (click's convention: a missing
+argument or option, a bad option value); 3 a query refused for lack of budget; 4 a query that cannot be answered
+(malformed, rejected, bad parameters or epsilon); 70 an internal error (a bug: please report). Each error class
+carries its own code (`dpsql.errors`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 import click
 
-from dpsql.errors import BudgetExhausted, DataError, Error, InterfaceError, ProgrammingError
+from dpsql.errors import BudgetExhausted, Error, ProgrammingError
 from dpsql.explain import explain
 from dpsql.format import FORMATS, render, summary
 from dpsql.ledger import BudgetLedger
@@ -34,13 +36,10 @@ def _errors_as_messages(command: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return command(*args, **kwargs)
-        except BudgetExhausted as exc:
-            _fail(str(exc), 3)
-        except (ProgrammingError, DataError, InterfaceError) as exc:
-            _fail(f"error: {exc}", 2)
+        except BudgetExhausted as exc:  # its message says it all ("refused: ... would overspend")
+            _fail(str(exc), exc.exit_code)
         except Error as exc:
-            code = 2 if type(exc).__name__ == "QueryRejected" else 1
-            _fail(f"{'rejected' if code == 2 else 'error'}: {exc}", code)
+            _fail(f"{exc.label}: {exc}", exc.exit_code)
         except KeyboardInterrupt:
             _fail("interrupted", 130)
         except Exception as exc:  # a bug: say so in one line unless asked for the traceback

@@ -6,17 +6,28 @@ Messages name the problem from the SQL and the policy only; none may carry a val
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 
 class Warning(Exception):
     """PEP 249: important warnings."""
 
 
 class Error(Exception):
-    """PEP 249: base class of every dpsql error."""
+    """PEP 249: base class of every dpsql error.
+
+    `exit_code` is the CLI's exit status for the class, and `label` the word its one-line message starts with:
+    the front ends read them from here, never from class names.
+    """
+
+    exit_code: ClassVar[int] = 1  # the policy, the ledger or the engine: the steward's side
+    label: ClassVar[str] = "error"
 
 
 class InterfaceError(Error):
     """PEP 249: misuse of the interface itself (a closed cursor, a bad parameter count)."""
+
+    exit_code = 4
 
 
 class DatabaseError(Error):
@@ -25,6 +36,8 @@ class DatabaseError(Error):
 
 class DataError(DatabaseError):
     """PEP 249: problems with processed data (a bad parameter value)."""
+
+    exit_code = 4
 
 
 class OperationalError(DatabaseError):
@@ -42,6 +55,8 @@ class InternalError(DatabaseError):
 class ProgrammingError(DatabaseError):
     """PEP 249: the SQL is wrong: a syntax error, an unknown table or column."""
 
+    exit_code = 4
+
 
 class NotSupportedError(DatabaseError):
     """PEP 249: a method or SQL construct that dpsql does not offer."""
@@ -54,9 +69,15 @@ class PolicyError(OperationalError):
 class QueryRejected(NotSupportedError):
     """The query cannot be answered privately. Decided from the SQL and the policy alone; costs nothing."""
 
+    exit_code = 4
+    label = "rejected"
+
 
 class BudgetExhausted(OperationalError):
     """The query would spend more privacy budget than remains. Nothing was released or charged."""
+
+    exit_code = 3
+    label = "refused"
 
 
 class LedgerError(OperationalError):

@@ -80,7 +80,7 @@ def _csv(result: PrivateResult, with_ci: bool) -> str:
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(_headers(result, with_ci))
     for record in _records(result, with_ci):
-        writer.writerow(["" if v is None else _plain(v) for v in record])
+        writer.writerow([_csv_cell(v) for v in record])
     return buffer.getvalue().rstrip("\n")
 
 
@@ -95,6 +95,16 @@ def _json(result: PrivateResult, with_ci: bool) -> str:
                    "delta_spent": result.spending.delta_spent, "delta_total": result.spending.delta_total},
     }
     return json.dumps(document, indent=2)
+
+
+def _csv_cell(value: Any) -> Any:
+    """NULL is an empty field; a non-finite number is a value, written as DuckDB and pandas write and read it
+    (inf, -inf, nan), so the two never look alike."""
+    if value is None:
+        return ""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return _plain(value)
 
 
 def _is_number(value: Any) -> bool:

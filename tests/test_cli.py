@@ -45,6 +45,22 @@ def test_query_as_csv_and_json(visits_policy: Path) -> None:
     assert document["budget"]["epsilon_spent"] == 1.5
 
 
+def test_csv_writes_null_as_an_empty_field_and_non_finite_numbers_by_name(visits_policy: Path) -> None:
+    sql = ("SELECT region, CAST('inf' AS DOUBLE) * (COUNT(*) * COUNT(*) + 1) AS up, "
+           "CAST('-inf' AS DOUBLE) * (COUNT(*) * COUNT(*) + 1) AS down, CAST('nan' AS DOUBLE) + COUNT(*) AS odd, "
+           "CASE WHEN COUNT(*) * COUNT(*) >= 0 THEN NULL ELSE 'x' END AS nothing FROM visits GROUP BY region")
+    code, out, err = run("query", sql, "--policy", str(visits_policy), "--format", "csv")
+    assert code == 0, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert len(rows) == 5
+    assert {(r["up"], r["down"], r["odd"], r["nothing"]) for r in rows} == {("inf", "-inf", "nan", "")}
+    code, out, err = run("query", "SELECT CASE WHEN COUNT(*) * COUNT(*) >= 0 THEN NULL END AS n, "
+                         "CAST('inf' AS DOUBLE) * (COUNT(*) * COUNT(*) + 1) AS up FROM visits",
+                         "--policy", str(visits_policy), "--format", "csv")
+    assert code == 0, err
+    assert out.splitlines() == ["n,up", ",inf"]
+
+
 def test_parameters_from_the_command_line(visits_policy: Path) -> None:
     sql = "SELECT COUNT(*) FROM visits WHERE age > ? AND region = ?"
     code, out, err = run("query", sql, "--policy", str(visits_policy), "-p", "40", "-p", "north")
@@ -75,16 +91,34 @@ def test_budget_shows_total_spent_remaining_and_history(visits_policy: Path) -> 
 
 
 @pytest.mark.parametrize(("args", "code", "message"), [
-    (["query", "SELECT MAX(cost) FROM visits"], 2, "rejected: SELECT MAX(cost): MAX is not supported"),
-    (["query", "SELECT COUNT(*) FROM visits; DROP TABLE visits"], 2, "rejected: send one statement"),
-    (["query", "SELECT COUNT(*) FROM visits", "--epsilon", "abc"], 2, "epsilon must be a number"),
-    (["query", "SELECT COUNT(*) FROM visits", "--epsilon", "51"], 2, "more than the whole budget"),
-    (["query", "SELECT COUNT(*) FROM visits", "--epsilon", "0"], 2, "finite number > 0"),
+    (["query", "SELECT MAX(cost) FROM visits"], 4, "rejected: SELECT MAX(cost): MAX is not supported"),
+    (["query", "SELECT COUNT(*) FROM visits; DROP TABLE visits"], 4, "rejected: send one statement"),
+    (["query", "SELECT COUNT(*) FROM visits", "--epsilon", "abc"], 4, "epsilon must be a number"),
+    (["query", "SELECT COUNT(*) FROM visits", "--epsilon", "51"], 4, "more than the whole budget"),
+    (["query", "SELECT COUNT(*) FROM visits", "--epsilon", "0"], 4, "finite number > 0"),
+    (["query", "SELEC COUNT(*) FROM visits"], 4, "error: cannot parse the SQL"),
+    (["query", "SELECT COUNT(*) FROM visits WHERE age > ?"], 4, "error: the query has 1 placeholders"),
 ])
 def test_errors_are_one_line_with_an_exit_code(visits_policy: Path, args, code, message) -> None:
     exit_code, out, err = run(*args, "--policy", str(visits_policy))
     assert exit_code == code and out == ""
     assert err.startswith("dpsql: ") and message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("args", [
+    ["query"],  # no SQL
+    ["query", "SELECT COUNT(*) FROM visits", "--format", "xml"],
+    ["query", "SELECT COUNT(*) FROM visits", "--no-such-option"],
+    ["frobnicate"],
+])
+def test_usage_errors_exit_2_and_differ_from_refusals(visits_policy: Path, args) -> None:
+    exit_code, out, err = run(*args, "--policy", str(visits_policy))
+    assert exit_code == 2 and out == "" and "Usage:" in err
+
+
+def test_a_missing_policy_option_is_a_usage_error() -> None:
+    result = CliRunner().invoke(cli.main, ["query", "SELECT COUNT(*) FROM visits"], env={"DPSQL_POLICY": ""})
+    assert result.exit_code == 2 and "Missing option '--policy'" in result.stderr
 
 
 def test_budget_exhaustion_exits_3(visits_policy: Path) -> None:
@@ -119,7 +153,7 @@ def test_init_then_policy_check(tmp_path: Path) -> None:
     code, out, _ = run("policy", "check", str(policy))
     assert code == 0 and "table people: 3 columns, unit person" in out and out.strip().endswith("ok")
     code, _, err = run("init", str(tmp_path / "people.csv"), "-o", str(policy))
-    assert code == 2 and "exists already" in err
+    assert code == 4 and "exists already" in err
 
 
 def test_no_ledger_no_answer_until_the_steward_creates_it(tmp_path: Path) -> None:

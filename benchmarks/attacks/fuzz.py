@@ -147,7 +147,7 @@ def run_cli(policy: Path, case: Case) -> Outcome:
     lines = result.output.strip().splitlines()
     message = lines[-1] if lines else ""
     uncaught = result.exception is not None and not isinstance(result.exception, SystemExit)
-    if uncaught or result.exit_code not in (0, 1, 2, 3):  # exit 70 is dpsql's "internal error (a bug)"
+    if uncaught or result.exit_code not in (0, 1, 2, 3, 4):  # exit 70 is dpsql's "internal error (a bug)"
         return Outcome(case, "crash", f"exit {result.exit_code}: {message or repr(result.exception)}")
     if result.exit_code == 0:
         return Outcome(case, "answered" if after == before + 1 else "free answer", message)
