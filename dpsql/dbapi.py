@@ -141,12 +141,22 @@ class Connection:
         """What the query would run and cost, without running it or spending budget."""
         return explain(self.session.prepare(operation, parameters, epsilon=epsilon).plan)
 
-    def budget(self, analyst: str | None = None) -> Spending:
-        """Spent and remaining budget: this connection's analyst by default."""
-        return self.session.spending(analyst or self.analyst)
+    def budget(self, analyst: str | None = None, *, everyone: bool = False) -> Spending:
+        """Spent and remaining budget: this connection's analyst's, or with `everyone` the totals of all analysts.
+
+        Another analyst's own figures are theirs: how much and how often they ask is not for other analysts."""
+        self._only_own(analyst)
+        return self.session.spending(None if everyone else self.analyst)
 
     def history(self, analyst: str | None = None) -> list[Charge]:
-        return self.session.history(analyst)
+        """This connection's analyst's charges, oldest first. Other analysts' queries are never shown: their
+        texts (and the parameters written into them) are theirs."""
+        self._only_own(analyst)
+        return self.session.history(self.analyst)
+
+    def _only_own(self, analyst: str | None) -> None:
+        if analyst is not None and analyst != self.analyst:
+            raise ProgrammingError(f"an analyst sees only their own charges and the totals, not {analyst!r}'s")
 
     def _execute(self, operation: str, parameters: Any, epsilon: float | None) -> PrivateResult:
         with self._lock:

@@ -142,3 +142,19 @@ def test_a_context_manager_closes_the_connection(pums_policy: Path) -> None:
         cur.execute("SELECT COUNT(*) FROM pums")
     with pytest.raises(dpsql.InterfaceError):
         connection.cursor().execute("SELECT COUNT(*) FROM pums")
+
+
+def test_an_analyst_sees_only_their_own_charges_and_the_totals(pums_policy: Path, con) -> None:
+    other = dpsql.connect(policy=pums_policy, analyst="bob", epsilon=0.25, rng=seeded(7))
+    secret = "SELECT COUNT(*) FROM pums WHERE income > 123456"
+    other.cursor().execute(secret)
+    con.cursor().execute(GROUPED)
+    assert [c.query for c in con.history()] == [GROUPED] and {c.analyst for c in con.history()} == {"dbapi"}
+    assert [c.query for c in other.history()] == [secret]
+    assert con.budget().queries == 1 and con.budget(everyone=True).queries == 2
+    assert con.budget(everyone=True).epsilon_spent == 0.75
+    for peek in (lambda: con.history("bob"), lambda: con.budget("bob")):
+        with pytest.raises(dpsql.ProgrammingError, match="only their own"):
+            peek()
+    assert con.history("dbapi") == con.history()
+    other.close()
