@@ -19,7 +19,7 @@ import click
 
 from dpsql.errors import BudgetExhausted, Error, ProgrammingError
 from dpsql.explain import explain
-from dpsql.format import FORMATS, render, summary
+from dpsql.format import FORMATS, render, summary, why_no_rows
 from dpsql.ledger import BudgetLedger
 from dpsql.policy import load_policy
 from dpsql.session import PrivateSession
@@ -102,6 +102,9 @@ def query(sql: str, policy: Path, epsilon: str | None, analyst: str | None, fmt:
     try:
         result = session.execute(sql, _parameters(params), epsilon=epsilon)
         click.echo(render(result, fmt, ci))
+        reason = why_no_rows(result)
+        if reason is not None:
+            click.echo(reason, err=True)
         click.echo(summary(result, session.analyst), err=True)
     finally:
         session.close()

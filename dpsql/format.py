@@ -31,6 +31,21 @@ def summary(result: PrivateResult, analyst: str) -> str:
             f"of {left.epsilon_total:g} left; 95% intervals shown with --ci")
 
 
+def why_no_rows(result: PrivateResult) -> str | None:
+    """For stderr: why a grouped answer came back empty, from the plan and the released answer only."""
+    if result.rows:
+        return None
+    selection = result.plan.selection
+    if selection is not None and result.released_groups == 0:
+        keys = ", ".join(k.text for k in result.plan.query.keys)
+        return (f"no rows: every group of {keys} has a noisy row count below the partition-selection threshold "
+                f"{selection.threshold}, so none was released. Declare the public values of the keys in the policy "
+                "(values = [...]) to release every group, or spend more epsilon to lower the threshold.")
+    if result.released_groups:
+        return f"no rows: {result.released_groups} group(s) were released, and HAVING, LIMIT or OFFSET removed them all"
+    return None
+
+
 def _headers(result: PrivateResult, with_ci: bool) -> list[str]:
     headers = []
     for column in result.columns:

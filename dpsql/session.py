@@ -47,6 +47,7 @@ class PrivateResult:
     cost: Cost
     spending: Spending  # the analyst's budget after this query
     plan: QueryPlan
+    released_groups: int  # groups that passed partition selection, before HAVING, ORDER BY and LIMIT
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,8 @@ class PrivateSession:
         query = query_plan.query
         columns = tuple(OutputColumn(name, kind, flag) for name, kind, flag in
                         zip(query.output_names, final.types, query.output_noisy, strict=True))
-        return PrivateResult(columns, final.rows, final.intervals, final.stds, query_plan.cost, spending, query_plan)
+        return PrivateResult(columns, final.rows, final.intervals, final.stds, query_plan.cost, spending, query_plan,
+                             len(cells.keys))
 
     def spending(self, analyst: str | None = None) -> Spending:
         return self.ledger.spending(analyst)

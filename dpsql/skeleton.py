@@ -62,8 +62,11 @@ def skeleton(data_file: Path, table: str | None = None, unit: str | None = None,
         elif kind in ("int", "float"):
             lines.append(f"{entry}   # TODO: add lower = ..., upper = ... to allow SUM/AVG; values = [...] to "
                          "group by it")
-        elif kind in ("text", "bool"):
-            lines.append(f"{entry}   # TODO: add values = [...] (its public categories) to group by it")
+        elif kind == "text":
+            lines.append(f"{entry}   # TODO: add values = [...] (its public categories): without them, GROUP BY "
+                         "releases only groups whose noisy count passes a threshold")
+        elif kind == "bool":
+            lines.append(f"{entry}   # groups by it release both true and false; no values needed")
         else:
             lines.append(entry)
     return "\n".join(lines) + "\n"

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from dpsql import cli
+from tests.conftest import create_ledger, write_csv, write_policy
 
 GROUPED = "SELECT region, COUNT(*) AS visits, AVG(cost) AS avg_cost FROM visits GROUP BY region"
 
@@ -170,3 +171,29 @@ def test_no_ledger_no_answer_until_the_steward_creates_it(tmp_path: Path) -> Non
     assert run("query", "SELECT COUNT(*) FROM visits", "--policy", str(policy))[0] == 0
     code, out, err = run("budget", "--init", "--policy", str(policy))
     assert code == 0 and "ledger exists" in err and "1 queries" in out  # a second init changes nothing
+
+
+def test_an_empty_grouped_answer_says_why_on_stderr(tmp_path: Path) -> None:
+    write_csv(tmp_path / "people.csv", ["person", "city", "smoker"],
+              [(i, f"city{i % 4}", i % 2 == 0) for i in range(12)])
+    policy = create_ledger(write_policy(tmp_path / "people.toml", {"people": {
+        "source": "people.csv", "privacy_unit": "person", "max_rows_per_unit": 1,
+        "columns": {"person": {"type": "int"}, "city": {"type": "text"}, "smoker": {"type": "bool"}}}},
+        {"delta": 1e-7, "query_delta": 1e-8}))
+    code, out, err = run("query", "SELECT city, COUNT(*) FROM people GROUP BY city", "--policy", str(policy),
+                         "--epsilon", "0.1")
+    assert code == 0 and "(no rows)" in out
+    assert "no rows: every group of city has a noisy row count below the partition-selection threshold" in err
+    code, out, err = run("query", "SELECT smoker, COUNT(*) AS n FROM people GROUP BY smoker HAVING n > 1e9",
+                         "--policy", str(policy), "--epsilon", "0.1")
+    assert code == 0 and "(no rows)" in out
+    assert "2 group(s) were released, and HAVING, LIMIT or OFFSET removed them all" in err
+
+
+def test_the_skeleton_tells_bool_from_text_columns(tmp_path: Path) -> None:
+    (tmp_path / "people.csv").write_text("person,smoker,city\n1,true,a\n2,false,b\n")
+    code, out, _ = run("init", str(tmp_path / "people.csv"), "--unit", "person")
+    assert code == 0
+    lines = {line.split(" =")[0]: line for line in out.splitlines() if "type =" in line}
+    assert "no values needed" in lines["smoker"] and "TODO" not in lines["smoker"]
+    assert "TODO: add values" in lines["city"] and "threshold" in lines["city"]

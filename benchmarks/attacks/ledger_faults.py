@@ -34,7 +34,6 @@ from dpsql.policy import load_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 PEOPLE = Table("people", "pid", (column("pid", "int"), column("smoker", "bool")))
-NOBODY = 65534
 
 
 def write_people(folder: Path, budget: Budget) -> Path:
@@ -234,9 +233,12 @@ def charge_count(ledger: Path) -> int | None:
 
 
 def run_unprivileged(args: Sequence[str]) -> subprocess.CompletedProcess:
-    """Run as a user who does not own the test files, so that file modes bind it: as root, as nobody (through
-    util-linux's setpriv: a plain setuid before exec cannot reach an interpreter installed under /root)."""
-    drop = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"] if os.geteuid() == 0 else []
+    """Run so that file modes bind the process: as root, still root but without any capability (through
+    util-linux's setpriv), so the owner's permission bits apply as they do to any user.
+
+    Not as another user: that user could not reach a checkout, a virtualenv or an interpreter that lives under
+    a folder only its owner may enter (a home folder with mode 700, a `mktemp -d` folder)."""
+    drop = ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all"] if os.geteuid() == 0 else []
     return subprocess.run([*drop, *args], capture_output=True, text=True, timeout=600)
 
 
@@ -244,10 +246,8 @@ def readonly_cases() -> list[Refusal]:
     """The CLI against ledgers it cannot write: a read-only folder with no ledger yet, a read-only ledger file,
     a ledger file in a read-only folder (WAL needs files beside it), and a missing folder.
 
-    The files live in a fresh folder under the system's temporary directory, readable by all, because the
-    unprivileged process must reach them (pytest's own temporary folders are private to their owner)."""
+    The read-only modes clear the owner's write bits too, since the process runs as the files' owner."""
     with scratch() as folder:
-        folder.chmod(0o755)
         try:
             return _readonly_cases(folder)
         finally:
@@ -258,8 +258,8 @@ def readonly_cases() -> list[Refusal]:
 
 def _readonly_cases(folder: Path) -> list[Refusal]:
     dpsql = str(Path(sys.executable).with_name("dpsql"))
-    cases = {"read-only folder, no ledger yet": (0o755, None), "read-only ledger file": (0o777, 0o444),
-             "writable ledger in a read-only folder": (0o755, 0o666), "missing folder": (None, None)}
+    cases = {"read-only folder, no ledger yet": (0o555, None), "read-only ledger file": (0o777, 0o444),
+             "writable ledger in a read-only folder": (0o555, 0o666), "missing folder": (None, None)}
     results = []
     for i, (case, (folder_mode, file_mode)) in enumerate(cases.items()):
         home = folder / f"case{i}"
@@ -272,11 +272,7 @@ def _readonly_cases(folder: Path) -> list[Refusal]:
                 BudgetLedger(ledger, load_policy(policy).budget, create=True).close()
                 write_ledger_charge(policy)
                 ledger.chmod(file_mode)
-            ledger.parent.chmod(folder_mode if os.geteuid() == 0 else folder_mode & 0o555)
-        for path in (home, *home.iterdir()):
-            if path.is_file():
-                path.chmod(path.stat().st_mode | 0o444)
-        home.chmod(0o755)
+            ledger.parent.chmod(folder_mode)
         before = charge_count(ledger)
         done = run_unprivileged([dpsql, "query", QUERY, "--policy", str(policy), "--analyst", "ro",
                                  "--format", "csv"])
