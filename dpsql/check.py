@@ -21,6 +21,7 @@ from dpsql.bounds import Interval, Unbounded, interval_of
 from dpsql.errors import ProgrammingError, QueryRejected
 from dpsql.parse import DIALECT, ParsedQuery
 from dpsql.policy import ColumnType, Policy, TablePolicy
+from dpsql.text_parameters import type_text_parameters
 from dpsql.vetting import ROW_NODES, ConstantChecker, describe, vet_row_expression
 
 NOISY_TABLE = "__noisy"
@@ -119,6 +120,7 @@ def check(parsed: ParsedQuery, policy: Policy) -> CheckedQuery:
     except OptimizeError as exc:
         raise ProgrammingError(f"{exc} (table '{table.name}' has the columns: "
                                f"{', '.join(sorted(table.columns))})") from None
+    type_text_parameters(tree, table)
     where = tree.args.get("where")
     if where is not None:
         vet_row_expression(where.this, "WHERE")

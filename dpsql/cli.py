@@ -21,6 +21,7 @@ from dpsql.errors import BudgetExhausted, Error, ProgrammingError
 from dpsql.explain import explain
 from dpsql.format import FORMATS, render, summary, why_no_rows
 from dpsql.ledger import BudgetLedger
+from dpsql.parse import TextParameter
 from dpsql.policy import load_policy
 from dpsql.session import PrivateSession
 from dpsql.skeleton import skeleton
@@ -60,24 +61,16 @@ _param_option = click.option("--param", "-p", "params", multiple=True,
                              help="A query parameter: VALUE for ? placeholders (in order), NAME=VALUE for :name.")
 
 
-def _parameters(params: tuple[str, ...]) -> list[Any] | dict[str, Any] | None:
+def _parameters(params: tuple[str, ...]) -> list[TextParameter] | dict[str, TextParameter] | None:
+    """Command-line values are text: each becomes the type its place in the query needs (dpsql.text_parameters)."""
     if not params:
         return None
     named = [p for p in params if "=" in p and p.split("=", 1)[0].isidentifier()]
     if named and len(named) != len(params):
         raise ProgrammingError("give all parameters as NAME=VALUE or none of them")
     if named:
-        return {p.split("=", 1)[0]: _value(p.split("=", 1)[1]) for p in params}
-    return [_value(p) for p in params]
-
-
-def _value(text: str) -> Any:
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
+        return {p.split("=", 1)[0]: TextParameter(p.split("=", 1)[1]) for p in params}
+    return [TextParameter(p) for p in params]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -28,6 +28,15 @@ logging.getLogger("sqlglot").setLevel(logging.ERROR)  # it warns when it falls b
 DIALECT = "duckdb"
 _MAX_SQL_LENGTH = 100_000
 _TEXT_POSITION = "dpsql_text_position"  # meta key: where in the SQL text a placeholder starts
+TEXT_PARAMETER = "dpsql_text_parameter"  # meta key: the text of a TextParameter, typed later by its context
+
+
+@dataclass(frozen=True)
+class TextParameter:
+    """A parameter value typed as text (on the command line) whose SQL type its place in the query decides:
+    the checker converts it to the type of the column it is compared with (dpsql.text_parameters)."""
+
+    text: str
 
 
 class _PositionedDuckDB(DuckDB):
@@ -147,6 +156,10 @@ def _placeholder_name(node: exp.Expression) -> str | None:
 
 def literal(value: Any) -> exp.Expression:
     """A SQL literal node for one Python parameter value: exactly that value, or a DataError."""
+    if isinstance(value, TextParameter):
+        node = literal(value.text)
+        node.meta[TEXT_PARAMETER] = value.text
+        return node
     value = _exact_python_value(value)
     if value is None:
         return exp.Null()

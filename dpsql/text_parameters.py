@@ -1,0 +1,93 @@
+"""Parameters typed as text on the command line take the type their place in the query needs.
+
+`dpsql query "... WHERE age > ?" -p 40` receives the text "40". Bound as text it would be compared with an
+integer column, and a value such as "abc" would be NULL on every row: a noisy zero, charged. So the CLI binds each
+value as a `TextParameter`, and this pass, which runs in the checker once names are resolved, converts it to the
+type of the column it is compared with (as PostgreSQL types an untyped literal), or refuses the query with a
+DataError before anything runs or is charged. Where no column gives the type (LIMIT, a THEN branch, arithmetic),
+the text is a whole number, else an exact decimal, else text. Numbers stay exact: "0.1" is the decimal 0.1.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+
+from sqlglot import exp
+
+from dpsql.errors import DataError
+from dpsql.parse import TEXT_PARAMETER, literal
+from dpsql.policy import ColumnType, TablePolicy
+
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Between,
+                exp.In)
+_BOOLEANS = {"true": True, "t": True, "yes": True, "y": True, "1": True,
+             "false": False, "f": False, "no": False, "n": False, "0": False}
+
+
+def type_text_parameters(tree: exp.Expression, table: TablePolicy) -> None:
+    """Replace, in place, every text parameter of `tree` by a literal of the type its context needs."""
+    for node in list(tree.find_all(exp.Literal)):
+        text = node.meta.get(TEXT_PARAMETER)
+        if text is None:
+            continue
+        column = _compared_column(node, table)
+        node.replace(literal(_typed(text, column.type, column.name)) if column is not None else literal(_guess(text)))
+
+
+def _compared_column(node: exp.Expression, table: TablePolicy):
+    """The declared column the parameter is compared with, if it is compared with a bare column."""
+    parent = node.parent
+    while isinstance(parent, exp.Paren | exp.Tuple):
+        parent = parent.parent
+    if not isinstance(parent, _COMPARISONS):
+        return None
+    sides = [parent.this] if isinstance(parent, exp.Between | exp.In) else [parent.this, parent.expression]
+    for side in sides:
+        while isinstance(side, exp.Paren):
+            side = side.this
+        if isinstance(side, exp.Column) and side.name in table.columns:
+            return table.columns[side.name]
+    return None
+
+
+def _typed(text: str, kind: ColumnType, column: str) -> object:
+    try:
+        if kind in (ColumnType.INT, ColumnType.FLOAT):  # 40.5 compares with an int column as it should
+            value = _number(text.strip())
+            if value is None:
+                raise ValueError
+            return value
+        if kind is ColumnType.BOOL:
+            return _BOOLEANS[text.strip().lower()]
+        if kind is ColumnType.DATE:
+            return datetime.date.fromisoformat(text.strip())
+        if kind is ColumnType.TIMESTAMP:
+            return datetime.datetime.fromisoformat(text.strip())
+        return text
+    except (ValueError, KeyError, decimal.InvalidOperation):
+        raise DataError(f"parameter {text!r} is compared with the {kind.value} column {column!r} but is not "
+                        f"{_ARTICLE[kind]}") from None
+
+
+_ARTICLE = {ColumnType.INT: "a finite number", ColumnType.FLOAT: "a finite number",
+            ColumnType.BOOL: "true or false", ColumnType.DATE: "a date (YYYY-MM-DD)",
+            ColumnType.TIMESTAMP: "a timestamp (YYYY-MM-DD HH:MM:SS)", ColumnType.TEXT: "text"}
+
+
+def _guess(text: str) -> object:
+    number = _number(text)
+    return number if number is not None else text
+
+
+def _number(text: str) -> int | decimal.Decimal | None:
+    """The exact number the text spells (a whole number as int), or None."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = decimal.Decimal(text)
+    except decimal.InvalidOperation:
+        return None
+    return value if value.is_finite() else None
