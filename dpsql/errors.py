@@ -16,17 +16,20 @@ class Warning(Exception):
 class Error(Exception):
     """PEP 249: base class of every dpsql error.
 
-    `exit_code` is the CLI's exit status for the class, and `label` the word its one-line message starts with:
-    the front ends read them from here, never from class names.
+    `exit_code` is the CLI's exit status for the class, `label` the word its one-line message starts with, and
+    `sqlstate` the PostgreSQL error code a wire front end reports: the front ends read them from here, never
+    from class names.
     """
 
     exit_code: ClassVar[int] = 1  # the policy, the ledger or the engine: the steward's side
     label: ClassVar[str] = "error"
+    sqlstate: ClassVar[str] = "XX000"  # internal_error
 
 
 class InterfaceError(Error):
     """PEP 249: misuse of the interface itself (a closed cursor, a bad parameter count)."""
 
+    sqlstate = "55000"  # object_not_in_prerequisite_state: a closed connection or cursor
     exit_code = 4
 
 
@@ -37,15 +40,20 @@ class DatabaseError(Error):
 class DataError(DatabaseError):
     """PEP 249: problems with processed data (a bad parameter value)."""
 
+    sqlstate = "22023"  # invalid_parameter_value
     exit_code = 4
 
 
 class OperationalError(DatabaseError):
     """PEP 249: errors in the operation of the database, not the programmer's fault."""
 
+    sqlstate = "58000"  # system_error
+
 
 class IntegrityError(DatabaseError):
     """PEP 249: relational integrity; dpsql is read-only and never raises it."""
+
+    sqlstate = "23000"  # integrity_constraint_violation
 
 
 class InternalError(DatabaseError):
@@ -55,33 +63,41 @@ class InternalError(DatabaseError):
 class ProgrammingError(DatabaseError):
     """PEP 249: the SQL is wrong: a syntax error, an unknown table or column."""
 
+    sqlstate = "42000"  # syntax_error_or_access_rule_violation
     exit_code = 4
 
 
 class NotSupportedError(DatabaseError):
     """PEP 249: a method or SQL construct that dpsql does not offer."""
 
+    sqlstate = "0A000"  # feature_not_supported
+    exit_code = 4
+
 
 class PolicyError(OperationalError):
     """The steward's policy is broken: it names the table, the key and the problem."""
+
+    sqlstate = "F0000"  # config_file_error
 
 
 class QueryRejected(NotSupportedError):
     """The query cannot be answered privately. Decided from the SQL and the policy alone; costs nothing."""
 
-    exit_code = 4
     label = "rejected"
 
 
 class BudgetExhausted(OperationalError):
     """The query would spend more privacy budget than remains. Nothing was released or charged."""
 
+    sqlstate = "53000"  # insufficient_resources
     exit_code = 3
     label = "refused"
 
 
 class LedgerError(OperationalError):
     """The budget ledger cannot be read or written; dpsql refuses to answer rather than answer for free."""
+
+    sqlstate = "58030"  # io_error
 
 
 class ExecutionFailed(OperationalError):
