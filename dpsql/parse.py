@@ -11,6 +11,7 @@ import datetime
 import decimal
 import logging
 import math
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,24 @@ from sqlglot.errors import ParseError, TokenError
 
 from dpsql.errors import DataError, ProgrammingError, QueryRejected
 
-logging.getLogger("sqlglot").setLevel(logging.ERROR)  # it warns when it falls back to a raw Command
+_SQLGLOT_LOG = logging.getLogger("sqlglot")
+
+class _QuietWhileParsing(logging.Filter):
+    """Drops sqlglot's warnings raised inside dpsql's own parse call, in that thread only.
+
+    sqlglot warns when it falls back to a raw Command (an analyst's `SET ...`, which dpsql refuses anyway) and
+    the warning quotes the SQL. The host application's own use of sqlglot, and its logging setup, stay as they
+    are: importing dpsql changes no logger level."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.active = threading.local()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(self.active, "on", False)
+
+
+_QUIET = _QuietWhileParsing()
 
 DIALECT = "duckdb"
 _MAX_SQL_LENGTH = 100_000
@@ -69,12 +87,17 @@ def parse(sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None)
         raise ProgrammingError("the query is empty")
     if len(sql) > _MAX_SQL_LENGTH:
         raise ProgrammingError(f"the query is longer than {_MAX_SQL_LENGTH} characters")
+    if _QUIET not in _SQLGLOT_LOG.filters:
+        _SQLGLOT_LOG.addFilter(_QUIET)
+    _QUIET.active.on = True
     try:
         statements = [s for s in sqlglot.parse(sql, read=_PositionedDuckDB) if s is not None]
     except (ParseError, TokenError) as exc:
         raise ProgrammingError(f"cannot parse the SQL: {_first_line(exc)}") from None
     except RecursionError:
         raise ProgrammingError("cannot parse the SQL: it is nested too deeply") from None
+    finally:
+        _QUIET.active.on = False
     if not statements:
         raise ProgrammingError("the query is empty")
     if len(statements) > 1:

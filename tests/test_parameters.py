@@ -184,3 +184,17 @@ def test_pandas_read_sql_with_a_numpy_parameter(pums_policy: Path) -> None:
     frame = pandas.read_sql("SELECT COUNT(*) AS n FROM pums WHERE age > ?", con, params=(ages.max(),))
     assert list(frame.columns) == ["n"] and len(frame) == 1
     con.close()
+
+
+def test_importing_and_parsing_leave_the_hosts_sqlglot_logging_alone(caplog) -> None:
+    import logging
+
+    import sqlglot
+
+    assert logging.getLogger("sqlglot").level == logging.NOTSET  # dpsql is imported: no level was set
+    with caplog.at_level(logging.WARNING, logger="sqlglot"):
+        with pytest.raises(dpsql.QueryRejected):
+            parse("LOAD httpfs")
+        assert not caplog.records  # dpsql's own parse: quiet
+        sqlglot.parse_one("LOAD httpfs", read="duckdb")  # the host's: its warning still arrives
+        assert caplog.records
