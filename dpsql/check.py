@@ -9,11 +9,14 @@ can never reveal anything about it.
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+import duckdb
 from sqlglot import exp
+from sqlglot.dialects.duckdb import DuckDB
 from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.qualify import qualify
 
@@ -108,10 +111,13 @@ def check(parsed: ParsedQuery, policy: Policy) -> CheckedQuery:
     tree = parsed.tree.copy()
     for node in list(tree.find_all(exp.Anonymous)):  # VAR(x), which sqlglot does not know: the sample variance
         if node.name.lower() == "var" and len(node.expressions) == 1:
-            node.replace(exp.Variance(this=node.expressions[0]))
+            variance = exp.Variance(this=node.expressions[0])
+            variance.meta.update(node.meta)  # where the analyst wrote it, for the output's name
+            node.replace(variance)
     _check_clauses(tree)
     table = _table_of(tree, policy)
-    names = _output_names(tree)
+    _refuse_subqueries(tree)
+    names = _output_names(tree, parsed.sql)
     schema = {table.name: {c.name: c.type.duckdb for c in table.columns.values()}}
     try:
         # Quoting is left as the analyst wrote it (a reserved word must be quoted to parse at all).
@@ -178,9 +184,14 @@ def _check_clauses(tree: exp.Select) -> None:
             raise QueryRejected("COLUMNS(...) is not supported: name the aggregates you want")
     group = tree.args.get("group")
     if group is not None:
+        sets = [e for e in group.expressions if isinstance(e, exp.Rollup | exp.Cube | exp.GroupingSets)]
         for clause in ("rollup", "cube", "grouping_sets", "totals"):
-            if group.args.get(clause):
-                raise QueryRejected(f"GROUP BY {clause.upper().replace('_', ' ')} is not supported")
+            if group.args.get(clause):  # how older sqlglot versions hold them
+                sets.append(group)
+        if sets:
+            raise QueryRejected(f"GROUP BY {readable(sets[0])}: ROLLUP, CUBE and GROUPING SETS (several groupings "
+                                "in one query) are not supported: ask one query per grouping, e.g. GROUP BY a, b "
+                                "and then GROUP BY a, and a query without GROUP BY for the total")
         if group.args.get("all"):
             raise QueryRejected("GROUP BY ALL is not supported: name the group keys")
 
@@ -194,6 +205,12 @@ def _table_of(tree: exp.Select, policy: Policy) -> TablePolicy:
     if source.args.get("db") or source.args.get("catalog"):
         raise QueryRejected(f"FROM {source.sql(DIALECT)}: only the policy's tables can be read, without a schema "
                             "or catalog")
+    alias = source.args.get("alias")
+    if alias is not None and alias.args.get("columns"):
+        # pums AS t(x) renames the table's columns by position: x would be the first column, whatever its role
+        # in the policy. Refused rather than resolved: the policy's names are the only ones the checker knows.
+        raise QueryRejected(f"FROM {source.sql(DIALECT)}: renaming columns in a table alias (AS t(x, ...)) is not "
+                            f"supported: write AS {alias.name} and use the policy's column names")
     for clause in ("joins", "laterals", "pivots", "sample", "version", "when", "changes"):
         if source.args.get(clause):
             raise QueryRejected(f"FROM {source.sql(DIALECT)}: {clause} is not supported")
@@ -204,7 +221,44 @@ def _table_of(tree: exp.Select, policy: Policy) -> TablePolicy:
     return table
 
 
-def _output_names(tree: exp.Select) -> tuple[str, ...]:
+def _refuse_subqueries(tree: exp.Select) -> None:
+    """Before qualify(), which would report a subquery's unknown table as a missing schema."""
+    for node in tree.walk():
+        if node is tree or not isinstance(node, exp.Query | exp.Subquery):
+            continue
+        clause = node
+        while clause.parent is not tree:
+            clause = clause.parent
+        label = {"expressions": "SELECT", "from_": "FROM", "group": "GROUP BY", "order": "ORDER BY"}.get(
+            clause.arg_key, clause.arg_key.upper())
+        hint = ("list the values instead: IN (1, 2, 3)" if isinstance(node.parent, exp.In)
+                else "ask the inner query on its own")
+        raise QueryRejected(f"{label}: subqueries are not supported (a query reads one table): {hint}")
+
+
+class _WrittenNames(DuckDB):
+    """DuckDB's SQL, with each function under the name the analyst typed (VAR_SAMP, not its synonym VARIANCE)."""
+
+    ORIGINAL_NAME_META_KEY = "dpsql_written_name"
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _as_written(item: exp.Expression, sql: str) -> str:
+    """An unaliased output's name, after DuckDB's convention: the expression as written, function names in lower
+    case (`var_samp(age)`, `avg(age) + 1`). The parser keeps where each function's name is in the text."""
+    named = item.copy()
+    for node in named.walk():
+        start, end = node.meta.get("start"), node.meta.get("end")
+        if isinstance(node, exp.Func) and start is not None and end is not None:
+            written = sql[start:end + 1]
+            if _PLAIN_NAME.fullmatch(written):
+                node.meta[_WrittenNames.ORIGINAL_NAME_META_KEY] = written
+    return named.sql(dialect=_WrittenNames, normalize_functions="lower")
+
+
+def _output_names(tree: exp.Select, sql: str) -> tuple[str, ...]:
     names: list[str] = []
     for item in tree.expressions:
         if isinstance(item, exp.Alias):
@@ -212,7 +266,7 @@ def _output_names(tree: exp.Select) -> tuple[str, ...]:
         elif isinstance(item, exp.Column):
             name = item.name
         else:
-            name = item.sql(DIALECT).lower()
+            name = _as_written(item, sql)
         base, n = name, 2
         while name in names:
             name, n = f"{base}_{n}", n + 1
@@ -251,22 +305,32 @@ def _domain(expression: exp.Expression, table: TablePolicy) -> tuple[Any, ...] |
     if isinstance(expression, exp.Case) and expression.args.get("default") is not None:
         results = [branch.args["true"] for branch in expression.args["ifs"]] + [expression.args["default"]]
         if all(isinstance(r, exp.Literal) for r in results):
-            values = [r.this if r.is_string else _number(r.this) for r in results]
-            if len({type(v) for v in values}) == 1:
-                return tuple(dict.fromkeys(values))
+            return _engine_values(results)
     return None
 
 
-def _number(text: str) -> int | float:
-    value = float(text)
-    return int(value) if value.is_integer() and "." not in text and "e" not in text.lower() else value
+def _engine_values(results: list[exp.Literal]) -> tuple[Any, ...] | None:
+    """The values a CASE with these literal results takes, exactly as the engine returns them.
+
+    A released group is found by comparing the engine's key with the domain's values, so they must be the same
+    Python values: DuckDB types the results together (0.1 and 0.2 are DECIMAL(2,1), read back as Decimal('0.1'),
+    which no float equals; 1 and 2.5e0 are DOUBLE), so the values are computed by DuckDB itself, from a CASE with
+    the same results, in the constant checker's empty sandbox. None if DuckDB finds no common type for them
+    (1 and 'x'): the key then goes through partition selection, like any key without public values.
+    """
+    choose = exp.Case(ifs=[exp.If(this=exp.column("i").eq(n), true=r.copy()) for n, r in enumerate(results[:-1])],
+                      default=results[-1].copy())
+    try:
+        rows = _CONSTANTS.evaluate(f"SELECT {choose.sql(DIALECT)} FROM range({len(results)}) AS t(i) ORDER BY i")
+    except duckdb.Error:
+        return None
+    return tuple(dict.fromkeys(row[0] for row in rows))
 
 
 def _outer_query(tree: exp.Select, table: TablePolicy, keys: tuple[GroupKey, ...],
                  aggregates: list[AggregateCall]) -> exp.Select:
     """Rewrite the SELECT into post-processing over __noisy: aggregates and group keys become columns."""
     key_index = {k.expression: i for i, k in enumerate(keys)}
-    aliases = [item.alias for item in tree.expressions]
     select_items = []
     for i, item in enumerate(tree.expressions):
         inner = item.this if isinstance(item, exp.Alias) else item
@@ -280,13 +344,11 @@ def _outer_query(tree: exp.Select, table: TablePolicy, keys: tuple[GroupKey, ...
     if order is not None:
         ordered = []
         for item in order.expressions:
-            target = item.this
-            if isinstance(target, exp.Column) and not target.table and target.name in aliases:
-                new_this = exp.column(f"{OUT_PREFIX}{aliases.index(target.name)}")
-            else:
-                new_this = _replace_private(target, table, key_index, aggregates, _Place("ORDER BY"))
+            target = _resolve_order_names(item.this, tree, table)
+            if not (isinstance(target, exp.Column) and target.name.startswith(OUT_PREFIX)):
+                target = _replace_private(target, table, key_index, aggregates, _Place("ORDER BY", item.this))
             rewritten = item.copy()
-            rewritten.set("this", new_this)
+            rewritten.set("this", target)
             ordered.append(rewritten)
         outer = outer.order_by(*ordered)
     for clause in ("limit", "offset"):
@@ -298,6 +360,32 @@ def _outer_query(tree: exp.Select, table: TablePolicy, keys: tuple[GroupKey, ...
                 raise QueryRejected(f"{clause.upper()} must be a whole number below 2^62")
             outer.set(clause, node.copy())
     return outer
+
+
+def _resolve_order_names(target: exp.Expression, tree: exp.Select, table: TablePolicy) -> exp.Expression:
+    """An ORDER BY item with its output aliases resolved, as DuckDB resolves them.
+
+    qualify() qualifies the table columns of ORDER BY and leaves the names it takes for output aliases bare.
+    DuckDB reads a bare name as an alias first (`ORDER BY n`), but inside an expression as a table column first
+    (`SELECT b AS a, ... ORDER BY a + 0` sorts by the column a). A bare alias becomes that output's column; inside
+    an expression an alias becomes the output's expression, so that `n * -1` or `CAST(gender AS INT) * -1` are
+    checked like the same expression in HAVING: functions of group keys and aggregates only.
+    """
+    items = tree.expressions
+    aliases = [item.alias for item in items]
+    if isinstance(target, exp.Column) and not target.table and target.name in aliases:
+        return exp.column(f"{OUT_PREFIX}{aliases.index(target.name)}")
+    qualifier = tree.args["from_"].this.alias_or_name
+
+    def resolve(part: exp.Expression) -> exp.Expression:
+        if isinstance(part, exp.Column) and not part.table:
+            if part.name in table.columns:
+                return exp.column(part.name, table=qualifier)
+            if part.name in aliases:
+                return exp.paren(items[aliases.index(part.name)].this.copy())
+        return part
+
+    return target.copy().transform(resolve, copy=False)
 
 
 @dataclass(frozen=True)
@@ -318,6 +406,11 @@ def _replace_private(node: exp.Expression, table: TablePolicy, key_index: dict[e
     def swap(part: exp.Expression) -> exp.Expression:
         if part in key_index:
             return exp.column(f"{KEY_PREFIX}{key_index[part]}")
+        if isinstance(part, exp.Window):  # before its function: RANK() or SUM(COUNT(*)) is not the problem
+            raise QueryRejected(f"{context}: window functions (OVER) are not supported, even computed across the "
+                                "released groups. To rank groups or keep the top ones, use ORDER BY and LIMIT "
+                                "(ORDER BY COUNT(*) DESC LIMIT 10); for a total over all groups, ask it in its own "
+                                "query without GROUP BY")
         if isinstance(part, exp.AggFunc | exp.Filter):
             call = _aggregate(part, table, context)
             keys = [a.key for a in aggregates]
