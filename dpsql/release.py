@@ -19,7 +19,7 @@ import numpy as np
 from dpsql.check import AggregateKind
 from dpsql.confidence import fiducial_interval, gaussian_sum_half_width, laplace_sum_half_width
 from dpsql.mechanisms import GaussianMechanism
-from dpsql.noise import RandomSource
+from dpsql.noise import RandomSource, uniform_permutation
 from dpsql.plan import Measurement, OutputRecipe, QueryPlan
 
 LEVEL = 0.95
@@ -27,7 +27,7 @@ LEVEL = 0.95
 
 @dataclass(frozen=True)
 class ReleasedCells:
-    keys: list[tuple[Any, ...]]  # one tuple of group-key values per released group
+    keys: list[tuple[Any, ...]]  # one tuple of group-key values per released group, in a data-independent order
     values: np.ndarray  # groups x aggregates
     lows: np.ndarray
     highs: np.ndarray
@@ -35,11 +35,24 @@ class ReleasedCells:
 
 
 def release(plan: QueryPlan, rows: Sequence[tuple[Any, ...]], rng: RandomSource) -> ReleasedCells:
+    """The released cells, in an order that does not depend on the data.
+
+    Public groups come in the order of their declared values. Groups found in the data come in the engine's
+    order, which depends on which rows the scan met first and on its threads: with LIMIT and no ORDER BY that
+    order would decide *which* groups are shown. So the released groups are put in a uniformly random order
+    drawn from `rng`: the sequence is then the released set plus independent randomness, post-processing of a
+    DP output, and a LIMIT without ORDER BY shows a uniformly random subset of it. (A canonical sort of the keys
+    would also do, but only with a total order over every key type that never ties two distinct keys, NULLs,
+    -0.0 and 0.0, mixed types included: a stable sort keeps the engine's order between ties.)
+    """
     keys, exact = _cells(plan, rows)
     noisy = _add_noise(plan.measurements, exact, rng)
     if plan.selection is not None and keys:
         kept = [i for i, count in enumerate(noisy[:, plan.selection.measurement]) if count >= plan.selection.threshold]
         keys, noisy = [keys[i] for i in kept], noisy[kept]
+    if plan.domains is None:
+        order = uniform_permutation(len(keys), rng)
+        keys, noisy = [keys[i] for i in order], noisy[order]
     columns = [_output(recipe, plan.measurements, noisy) for recipe in plan.recipes]
     shape = (len(keys), len(columns))
     stack = [np.array([c[k] for c in columns]).T.reshape(shape) for k in range(4)]
