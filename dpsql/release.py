@@ -63,7 +63,7 @@ def _cells(plan: QueryPlan, rows: Sequence[tuple[Any, ...]]) -> tuple[list[tuple
     """The groups to consider, with their exact measurements: every public group (empty ones as zeros), or
     the groups present in the data whose public parts are declared values."""
     k, n = len(plan.query.keys), len(plan.measurements)
-    found = {tuple(row[:k]): [int(v) if v is not None else 0 for v in row[k:]] for row in rows}
+    found = {tuple(_canonical(v) for v in row[:k]): [int(v) if v is not None else 0 for v in row[k:]] for row in rows}
     if plan.domains is not None:
         keys = list(itertools.product(*plan.domains))
         exact = [found.get(key, [0] * n) for key in keys]
@@ -72,6 +72,15 @@ def _cells(plan: QueryPlan, rows: Sequence[tuple[Any, ...]]) -> tuple[list[tuple
         keys = [key for key in found if all(d is None or v in d for v, d in zip(key, domains, strict=True))]
         exact = [found[key] for key in keys]
     return keys, np.array(exact, dtype=object).reshape(len(keys), n)
+
+
+def _canonical(value: Any) -> Any:
+    """One representative of what DuckDB puts in one group. It groups -0.0 with 0.0 (and every NaN together) but
+    returns the representation of the first row its scan met: the sign of a released zero key would tell whether
+    some person's -0.0 row came first."""
+    if isinstance(value, float) and (value == 0 or math.isnan(value)):
+        return 0.0 if value == 0 else math.nan
+    return value
 
 
 def _add_noise(measurements: Sequence[Measurement], exact: np.ndarray, rng: RandomSource) -> np.ndarray:

@@ -10,12 +10,16 @@ uniformly random order (a Fisher-Yates shuffle from the session's random source)
 rows is the released set plus independent randomness: its distribution must be the same in both worlds, namely
 uniform over the orderings of the 40 cities. The tests check that exact distribution with a fixed seed.
 
+The same first-row-wins behaviour shows in the key values themselves: DuckDB groups -0.0 with 0.0 and returns
+whichever it met first, so release() returns one representative per group (last test).
+
 The engine runs on one thread here so that its order, and so the attack without the fix, is deterministic; with
 several threads the order also changes from run to run, which leaks as well (measured, not asserted: timing).
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from pathlib import Path
 
@@ -149,3 +153,41 @@ def test_post_processing_shows_the_released_order(worlds, sql: str, shown: int) 
         assert len(set(cells.values[:, 0])) == 1  # all tied
         final = d.post.run(prepared.plan.query, prepared.key_types, cells)
         assert [row[0] for row in final.rows] == [key[0] for key in cells.keys[:shown]]
+
+
+def test_a_zero_key_does_not_carry_the_sign_of_the_first_row_the_engine_met(tmp_path: Path, monkeypatch) -> None:
+    """DuckDB groups -0.0 with 0.0 but returns the representation of the first row it met. D: 320 people whose key
+    is -0.0; D': one more person whose key is 0.0, placed (by the attacker, offline) where the scan meets it first.
+    Without canonical keys the released zero is -0.0 on D and 0.0 on D', every time; with them, 0.0 in both."""
+    def world(name: str, people: list[tuple[int, float]]) -> PrivateSession:
+        folder = tmp_path / name
+        folder.mkdir()
+        write_csv(folder / "t.csv", ["pid", "x"], people)
+        policy = write_policy(folder / "p.toml", {"t": {
+            "source": "t.csv", "privacy_unit": "pid", "max_rows_per_unit": 1,
+            "columns": {"pid": {"type": "int"}, "x": {"type": "float"}}}}, {"epsilon": 1e9, "delta": 1e-3})
+        return PrivateSession(policy, "attacker", rng=seeded(3), threads=1, create_ledger=True)
+
+    def engine_sign(session: PrivateSession) -> float:
+        prepared = session.prepare("SELECT x, COUNT(*) FROM t GROUP BY x", epsilon=EPSILON)
+        return math.copysign(1, session.engine.run(prepared.bounded.sql)[0][0])
+
+    def released_signs(session: PrivateSession) -> set[float]:
+        answers = (session.execute("SELECT x, COUNT(*) FROM t GROUP BY x", epsilon=EPSILON) for _ in range(20))
+        return {math.copysign(1, answer.rows[0][0]) for answer in answers}
+
+    people = [(pid, -0.0) for pid in range(100, 420)]
+    d = world("d", people)
+    assert engine_sign(d) == -1
+    for pid in range(100):
+        neighbour = world(f"n{pid}", [*people, (pid, 0.0)])
+        if engine_sign(neighbour) == 1:
+            break
+        neighbour.close()
+    else:
+        pytest.fail("no neighbour changes the engine's zero: the attack needs a new design for this DuckDB")
+    assert released_signs(d) == released_signs(neighbour) == {1.0}
+    monkeypatch.setattr(dpsql.release, "_canonical", lambda value: value)
+    assert (released_signs(d), released_signs(neighbour)) == ({-1.0}, {1.0})
+    d.close()
+    neighbour.close()
