@@ -24,11 +24,11 @@ from dpsql.release import ReleasedCells
 
 _INTEGER_KINDS = (AggregateKind.COUNT, AggregateKind.COUNT_UNITS)
 # Each released row's place in the order release() chose (data-independent). It is the last ORDER BY term of every
-# post-processing query: DuckDB's sort is not stable (it reorders ties even on one thread, and for large inputs
-# its order depends on the threads), so without it rows with equal noisy values, and the rows a LIMIT keeps, would
-# be chosen by the sort's internals; with it, ties keep release()'s order and the output is a function of the
-# released cells.
-# Analyst SQL cannot name it: the checker lets the outer query read only __k and __a columns.
+# post-processing query: DuckDB's sort is not stable (it reorders 40 tied rows even on one thread, and with several
+# threads large inputs come back in different orders from run to run), so without it rows with equal noisy values,
+# and the rows a LIMIT keeps, would be chosen by the sort's internals; with it, ties keep release()'s order and the
+# output is a function of the released cells. Analyst SQL cannot name it: the checker lets the outer query read
+# only __k and __a columns.
 _POSITION = "__position"
 
 
