@@ -6,7 +6,7 @@ from sqlglot import exp
 
 from dpsql.check import AGG_PREFIX, KEY_PREFIX, NOISY_TABLE, OUT_PREFIX, AggregateKind
 from dpsql.plan import Measurement, OutputRecipe, QueryPlan
-from dpsql.policy import Accounting
+from dpsql.policy import Accounting, MechanismKind
 from dpsql.release import LEVEL
 from dpsql.rewrite import pretty
 
@@ -15,6 +15,8 @@ def explain(query_plan: QueryPlan) -> str:
     query = query_plan.query
     table = query.table
     lines = [f"Cost: {_cost(query_plan)}"]
+    if query_plan.accounting is Accounting.ZCDP:
+        lines += _zcdp_guarantee(query_plan)
     unit = "each row is its own unit (row privacy)" if table.row_privacy else f"privacy unit '{table.privacy_unit}'"
     lines.append(f"Contribution bound: at most {query_plan.max_rows} row(s) per unit in this query; {unit}")
     lines.append(_groups(query_plan))
@@ -63,6 +65,23 @@ def _cost(query_plan: QueryPlan) -> str:
     if query_plan.accounting is Accounting.ZCDP:
         text += f" (zCDP: rho {float(cost.rho):g})"
     return text + f"; mechanism {query_plan.mechanism.value}"
+
+
+def _zcdp_guarantee(query_plan: QueryPlan) -> list[str]:
+    """Under zCDP accounting the epsilon shown is nominal (sqrt(2 rho)): say what is charged, and what holds for
+    this query alone."""
+    cost = query_plan.cost
+    rho = float(cost.rho)
+    selection = f", delta {float(cost.delta):g} for partition selection" if cost.delta else ""
+    lines = [f"Charged: rho {rho:g} (zCDP accounting: the ledger adds up rho and converts the total to (epsilon, "
+             f"delta)); the epsilon {float(cost.epsilon):g} above is nominal, sqrt(2 rho)."]
+    if query_plan.mechanism is MechanismKind.GAUSSIAN:
+        lines.append(f"On its own: {rho:g}-zCDP{selection}; Gaussian noise has no pure-DP guarantee.")
+        return lines
+    epsilons = [float(m.mechanism.epsilon) for m in query_plan.measurements if m.sensitivity]
+    lines.append(f"On its own: epsilon {_num(sum(epsilons))} pure DP{selection}: the sum over its {len(epsilons)} "
+                 "Laplace measurement(s) of sqrt(2 rho_j), more than sqrt(2 rho) when there are several.")
+    return lines
 
 
 def _groups(query_plan: QueryPlan) -> str:

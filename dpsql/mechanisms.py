@@ -17,6 +17,9 @@ from statistics import NormalDist
 
 from dpsql.noise import RandomSource, discrete_gaussian, discrete_laplace
 
+_SQRT2 = math.sqrt(2)
+_SQRT_2PI = math.sqrt(2 * math.pi)
+
 
 @dataclass(frozen=True)
 class LaplaceMechanism:
@@ -110,8 +113,10 @@ class GaussianMechanism:
         if not self.sensitivity:
             return 0.0 if k > 0 else 1.0
         s = self.scale
-        standard = NormalDist()
-        return (1 - standard.cdf(k / s)) + standard.pdf(k / s) / s
+        x = k / s
+        # Q(x) as erfc, never as 1 - cdf(x): that difference rounds to 0 beyond x = 8.3, where thresholds for
+        # deltas below 1e-16 are searched. erfc keeps full relative precision down to 1e-300.
+        return 0.5 * math.erfc(x / _SQRT2) + math.exp(-x * x / 2) / (_SQRT_2PI * s)
 
     def half_width(self, level: float) -> int:
         if not self.sensitivity:

@@ -90,6 +90,15 @@ def discrete_laplace(scale: Fraction, rng: RandomSource) -> int:
         return -y if negative else y
 
 
+def uniform_permutation(n: int, rng: RandomSource) -> list[int]:
+    """A uniformly random ordering of range(n) (Fisher-Yates), drawn from `rng` whatever order came in."""
+    order = list(range(n))
+    for i in range(n - 1, 0, -1):
+        j = rng.randbelow(i + 1)
+        order[i], order[j] = order[j], order[i]
+    return order
+
+
 def discrete_gaussian(sigma2: Fraction, rng: RandomSource) -> int:
     """An integer Z with P(Z = z) proportional to exp(-z^2 / (2 sigma2)) (CKS algorithm 3)."""
     if sigma2 <= 0:

@@ -23,6 +23,13 @@ from dpsql.parse import DIALECT
 from dpsql.release import ReleasedCells
 
 _INTEGER_KINDS = (AggregateKind.COUNT, AggregateKind.COUNT_UNITS)
+# Each released row's place in the order release() chose (data-independent). It is the last ORDER BY term of every
+# post-processing query: DuckDB's sort is not stable (it reorders 40 tied rows even on one thread, and with several
+# threads large inputs come back in different orders from run to run), so without it rows with equal noisy values,
+# and the rows a LIMIT keeps, would be chosen by the sort's internals; with it, ties keep release()'s order and the
+# output is a function of the released cells. Analyst SQL cannot name it: the checker lets the outer query read
+# only __k and __a columns.
+_POSITION = "__position"
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,7 @@ class PostProcessor:
             return _project(query, projection, key_types, cells)
         self._con.register("__cells", _columns(query, cells))
         casts = [f"CAST({KEY_PREFIX}{i} AS {t}) AS {KEY_PREFIX}{i}" for i, t in enumerate(key_types)]
+        casts.append(_POSITION)
         for j, call in enumerate(query.aggregates):
             kind = "BIGINT" if call.kind in _INTEGER_KINDS else "DOUBLE"
             casts.append(f"CAST(round({AGG_PREFIX}{j}) AS BIGINT) AS {AGG_PREFIX}{j}" if kind == "BIGINT"
@@ -126,14 +134,14 @@ def _columns(query: CheckedQuery, cells: ReleasedCells) -> dict[str, np.ndarray]
         columns[f"{AGG_PREFIX}{j}_lo"] = cells.lows[:, j].astype(float)
         columns[f"{AGG_PREFIX}{j}_hi"] = cells.highs[:, j].astype(float)
         columns[f"{AGG_PREFIX}{j}_sd"] = cells.stds[:, j].astype(float)
-    if not columns:
-        columns["__empty"] = np.zeros(len(cells.keys))
+    columns[_POSITION] = np.arange(len(cells.keys), dtype=np.int64)
     return columns
 
 
 def _with_intervals(query: CheckedQuery) -> exp.Select:
-    """The outer query, plus per output its interval ends (lo, hi pairs) and its noise std, in that order."""
-    outer = query.outer.copy()
+    """The outer query, plus per output its interval ends (lo, hi pairs) and its noise std, in that order; ties
+    in its ORDER BY (and the whole order when it has none) are settled by the released order."""
+    outer = query.outer.copy().order_by(exp.column(_POSITION), append=True)
     ends, stds = [], []
     for i, item in enumerate(query.outer.expressions):
         expression = item.this

@@ -19,7 +19,7 @@ import numpy as np
 from dpsql.check import AggregateKind
 from dpsql.confidence import fiducial_interval, gaussian_sum_half_width, laplace_sum_half_width
 from dpsql.mechanisms import GaussianMechanism
-from dpsql.noise import RandomSource
+from dpsql.noise import RandomSource, uniform_permutation
 from dpsql.plan import Measurement, OutputRecipe, QueryPlan
 
 LEVEL = 0.95
@@ -27,7 +27,7 @@ LEVEL = 0.95
 
 @dataclass(frozen=True)
 class ReleasedCells:
-    keys: list[tuple[Any, ...]]  # one tuple of group-key values per released group
+    keys: list[tuple[Any, ...]]  # one tuple of group-key values per released group, in a data-independent order
     values: np.ndarray  # groups x aggregates
     lows: np.ndarray
     highs: np.ndarray
@@ -35,11 +35,24 @@ class ReleasedCells:
 
 
 def release(plan: QueryPlan, rows: Sequence[tuple[Any, ...]], rng: RandomSource) -> ReleasedCells:
+    """The released cells, in an order that does not depend on the data.
+
+    Public groups come in the order of their declared values. Groups found in the data come in the engine's
+    order, which depends on which rows the scan met first and on its threads: with LIMIT and no ORDER BY that
+    order would decide *which* groups are shown. So the released groups are put in a uniformly random order
+    drawn from `rng`: the sequence is then the released set plus independent randomness, post-processing of a
+    DP output, and a LIMIT without ORDER BY shows a uniformly random subset of it. (A canonical sort of the keys
+    would also do, but only with a total order over every key type that never ties two distinct keys, NULLs,
+    -0.0 and 0.0, mixed types included: a stable sort keeps the engine's order between ties.)
+    """
     keys, exact = _cells(plan, rows)
     noisy = _add_noise(plan.measurements, exact, rng)
     if plan.selection is not None and keys:
         kept = [i for i, count in enumerate(noisy[:, plan.selection.measurement]) if count >= plan.selection.threshold]
         keys, noisy = [keys[i] for i in kept], noisy[kept]
+    if plan.domains is None:
+        order = uniform_permutation(len(keys), rng)
+        keys, noisy = [keys[i] for i in order], noisy[order]
     columns = [_output(recipe, plan.measurements, noisy) for recipe in plan.recipes]
     shape = (len(keys), len(columns))
     stack = [np.array([c[k] for c in columns]).T.reshape(shape) for k in range(4)]
@@ -50,7 +63,7 @@ def _cells(plan: QueryPlan, rows: Sequence[tuple[Any, ...]]) -> tuple[list[tuple
     """The groups to consider, with their exact measurements: every public group (empty ones as zeros), or
     the groups present in the data whose public parts are declared values."""
     k, n = len(plan.query.keys), len(plan.measurements)
-    found = {tuple(row[:k]): [int(v) if v is not None else 0 for v in row[k:]] for row in rows}
+    found = {tuple(_canonical(v) for v in row[:k]): [int(v) if v is not None else 0 for v in row[k:]] for row in rows}
     if plan.domains is not None:
         keys = list(itertools.product(*plan.domains))
         exact = [found.get(key, [0] * n) for key in keys]
@@ -59,6 +72,15 @@ def _cells(plan: QueryPlan, rows: Sequence[tuple[Any, ...]]) -> tuple[list[tuple
         keys = [key for key in found if all(d is None or v in d for v, d in zip(key, domains, strict=True))]
         exact = [found[key] for key in keys]
     return keys, np.array(exact, dtype=object).reshape(len(keys), n)
+
+
+def _canonical(value: Any) -> Any:
+    """One representative of what DuckDB puts in one group. It groups -0.0 with 0.0 (and every NaN together) but
+    returns the representation of the first row its scan met: the sign of a released zero key would tell whether
+    some person's -0.0 row came first."""
+    if isinstance(value, float) and (value == 0 or math.isnan(value)):
+        return 0.0 if value == 0 else math.nan
+    return value
 
 
 def _add_noise(measurements: Sequence[Measurement], exact: np.ndarray, rng: RandomSource) -> np.ndarray:

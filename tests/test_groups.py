@@ -6,13 +6,15 @@ import math
 from fractions import Fraction
 from pathlib import Path
 
+import mpmath
 import pytest
 
 from dpsql.mechanisms import GaussianMechanism, LaplaceMechanism
-from dpsql.plan import _threshold
+from dpsql.plan import _TAIL_MARGIN, _threshold
 from dpsql.release import release
 from dpsql.session import PrivateSession
 from tests.conftest import seeded, write_csv, write_policy
+from tests.exact_tails import gaussian_tail, worst_release
 
 
 def test_every_public_group_is_released_even_if_empty(pums_session) -> None:
@@ -53,16 +55,45 @@ def test_a_group_only_one_person_supports_is_dropped(cities) -> None:
     assert [r[0] for r in answer.rows] == ["big"] and answer.cost.delta == Fraction(1, 10**8)
 
 
-@pytest.mark.parametrize("mechanism", [LaplaceMechanism(3, 0.7), LaplaceMechanism(1, 2.0),
-                                       GaussianMechanism(3, 0.3)])
-@pytest.mark.parametrize("delta", [1e-5, 1e-9])
-def test_the_threshold_bounds_the_release_chance_by_delta(mechanism, delta) -> None:
-    """Worst cases for a unit with m = sensitivity rows: all in one new group, or one row in each of m groups."""
+# Count mechanisms as plans make them: Laplace under pure DP and under zCDP (epsilon = sqrt(2 rho)), Gaussian with
+# little noise, and Gaussian for a count at epsilon 0.03 (rho 4.5e-4; sigma 33, and 662 with m = 10 and a 1/4 share).
+THRESHOLD_MECHANISMS = [LaplaceMechanism(3, 0.7), LaplaceMechanism(1, 2.0), LaplaceMechanism(1, 0.03),
+                        GaussianMechanism(3, 0.3), GaussianMechanism(1, 2.0), GaussianMechanism(1, 4.5e-4),
+                        GaussianMechanism(10, 4.5e-4 / 4)]
+THRESHOLD_DELTAS = [1e-5, 1e-9, 1e-15, 1e-17, 1e-20, 1e-25, 1e-30]
+
+
+@pytest.mark.parametrize("mechanism", THRESHOLD_MECHANISMS,
+                         ids=lambda m: f"{m.name}-{m.sensitivity}-{float(m.scale):.3g}")
+def test_the_threshold_bounds_the_exact_release_chance_by_delta(mechanism) -> None:
+    """Worst cases for a unit with m = sensitivity rows: all in one new group, or one row in each of m groups.
+
+    The chance is computed exactly (mpmath, 60 digits), not with the floats the planner uses: at deltas below
+    1e-16 a tail computed as 1 - cdf rounds to 0, and the threshold came out up to 76x too permissive."""
     m = mechanism.sensitivity
-    tau = _threshold(mechanism, m, delta)
-    assert mechanism.upper_tail(tau - m) <= delta and m * mechanism.upper_tail(tau - 1) <= delta
-    # and it is the smallest such threshold
-    assert max(mechanism.upper_tail(tau - 1 - m), m * mechanism.upper_tail(tau - 2)) > delta or tau == m + 1
+    for delta in THRESHOLD_DELTAS:
+        tau = _threshold(mechanism, m, delta)
+        assert worst_release(mechanism, m, tau) <= mpmath.mpf(delta), (delta, tau)
+        # and it is the smallest threshold the planner's own (float) bound allows
+        below = max(mechanism.upper_tail(tau - 1 - m), m * mechanism.upper_tail(tau - 2))
+        assert tau == m + 1 or below > delta * (1 - _TAIL_MARGIN), (delta, tau)
+        if isinstance(mechanism, LaplaceMechanism):  # its float tail is exact up to rounding: tau is exactly minimal
+            assert tau == m + 1 or worst_release(mechanism, m, tau - 1) > mpmath.mpf(delta), (delta, tau)
+
+
+@pytest.mark.parametrize("mechanism", [GaussianMechanism(1, 4.5e-4), GaussianMechanism(3, 0.3)],
+                         ids=lambda m: f"sigma{float(m.scale):.3g}")
+def test_the_gaussian_tail_bound_holds_and_is_close_far_out(mechanism) -> None:
+    """Q(x) + phi(x)/s bounds the exact discrete tail, and stays within a factor 2 of it out to 1e-40: a tail that
+    loses precision (1 - cdf rounds to 0 beyond 8.3 sigma) fails the first check, a crude bound the second."""
+    k = 1
+    while True:
+        exact = gaussian_tail(mechanism, k)
+        if exact < mpmath.mpf(10) ** -40:
+            break
+        bound = mechanism.upper_tail(k)
+        assert exact <= bound <= 2 * exact, (k, bound, exact)
+        k += max(1, int(mechanism.scale) // 4)
 
 
 def test_discrete_laplace_tail_is_exact() -> None:
