@@ -1,0 +1,690 @@
+"""Static types, totality and per-row cost of row expressions (WHERE, GROUP BY keys, aggregate arguments).
+
+The checker does not trust DuckDB's TRY to absorb a per-row error: TRY misses some kinds of error (a LIKE
+pattern that fails only when matching reaches its end, a date part that is "not implemented" for a type) and
+DuckDB inserts implicit casts the analyst never wrote (text used as a number). Instead every row expression is
+typed here from the policy's column types, and each operator or function is allowed only through a signature for
+which it is *total*: defined, without error, for every value of its argument types (NULL, NaN, +/-inf, empty and
+long text, the extreme integers, the infinite and extreme dates). Where DuckDB's function is not total but a
+rewrite makes it so, the rewrite is part of the typing: integer arithmetic is widened to a type that cannot
+overflow, a cast that can fail becomes TRY_CAST, a date function that fails outside the years 1-9999 is guarded by
+a CASE, and a text literal compared with a typed value becomes an explicit cast evaluated from the text. Everything
+else is refused, from the SQL and the policy alone, naming the function and the types.
+
+`total_expression` returns that rewrite; the bounded SQL runs it (still inside TRY, as a second layer only).
+tests/test_typecheck.py evaluates every signature over a grid of adversarial values of its argument types.
+
+The same walk bounds the work one row can cause (`Typed.cost`): every text value has a maximum length (a text
+column's `max_length` from the policy, enforced when the table is loaded; a literal's own length; each text
+function's growth), and an expression whose bound exceeds MAX_ROW_COST or MAX_TEXT_LENGTH is refused, so one
+row cannot cost much more than any other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from sqlglot import exp
+
+from dpsql.errors import QueryRejected
+from dpsql.policy import MAX_TEXT_LENGTH, ColumnPolicy, ColumnType
+
+# MAX_TEXT_LENGTH (policy.py) also bounds every text value an expression computes.
+MAX_ROW_COST = 2_000_000  # units of work (about one per character touched) one row may cost
+
+
+class Kind(StrEnum):
+    BOOL = "boolean"
+    INT = "integer"
+    DOUBLE = "double"
+    DECIMAL = "decimal"
+    TEXT = "text"
+    DATE = "date"
+    TIMESTAMP = "timestamp"
+    NULL = "null"
+
+
+NUMERIC = (Kind.INT, Kind.DOUBLE, Kind.DECIMAL)
+
+# DuckDB's integer types and the values they hold. An integer result that may leave the range of an operand's
+# type is computed in a wider one instead (DuckDB raises on overflow, and TRY is not the argument).
+INTEGER_TYPES: dict[str, tuple[int, int]] = {
+    "TINYINT": (-2**7, 2**7 - 1), "SMALLINT": (-2**15, 2**15 - 1), "INTEGER": (-2**31, 2**31 - 1),
+    "BIGINT": (-2**63, 2**63 - 1), "HUGEINT": (-2**127, 2**127 - 1),
+    "UTINYINT": (0, 2**8 - 1), "USMALLINT": (0, 2**16 - 1), "UINTEGER": (0, 2**32 - 1), "UBIGINT": (0, 2**64 - 1),
+    "UHUGEINT": (0, 2**128 - 1),
+}
+_WIDENING = ("BIGINT", "HUGEINT")
+
+# The longest text a value of each kind becomes when cast to text (e.g. '-9223372036854775808', a timestamp).
+_TEXT_WIDTH = {Kind.BOOL: 5, Kind.INT: 45, Kind.DOUBLE: 30, Kind.DECIMAL: 45, Kind.DATE: 20, Kind.TIMESTAMP: 40,
+               Kind.NULL: 0}
+
+# Date functions that DuckDB evaluates through a timestamp or a week calendar fail outside the timestamp range;
+# the rewrite guards them to these dates (NULL outside), which is also the range Python's datetime holds.
+DATE_GUARD = ("0001-01-01", "9999-12-31")
+
+# EXTRACT / date_part parts per kind: total ones, and ones total only inside DATE_GUARD. Others are refused:
+# some raise "not implemented" (timezone of a date, era of date_trunc), which TRY does not absorb.
+_DATE_PARTS = frozenset({"year", "month", "day", "decade", "century", "millennium", "quarter", "dow", "isodow",
+                         "doy", "epoch", "era", "dayofweek", "dayofyear", "weekday", "julian"})
+_TIME_PARTS = frozenset({"hour", "minute", "second", "millisecond", "microsecond", "milliseconds",
+                         "microseconds"})
+_WEEK_PARTS = frozenset({"week", "weekofyear", "yearweek", "isoyear"})
+EXTRACT_PARTS: dict[Kind, tuple[frozenset[str], frozenset[str]]] = {
+    Kind.DATE: (_DATE_PARTS, _WEEK_PARTS),
+    Kind.TIMESTAMP: (_DATE_PARTS | _TIME_PARTS, _WEEK_PARTS),
+}
+TRUNC_PARTS: dict[Kind, frozenset[str]] = {
+    Kind.DATE: frozenset({"year", "quarter", "month", "week", "day", "decade", "century", "millennium"}),
+    Kind.TIMESTAMP: frozenset({"year", "quarter", "month", "week", "day", "decade", "century", "millennium",
+                               "hour", "minute", "second", "millisecond", "microsecond"}),
+}
+
+
+@dataclass(frozen=True)
+class Typed:
+    """A row expression's DuckDB type, the total rewrite of it, and bounds on its values and its cost."""
+
+    kind: Kind
+    node: exp.Expression  # the expression as it will run: total for every row
+    integer: str = ""  # INT: DuckDB's integer type
+    lo: int = 0  # INT: every value lies in lo..hi
+    hi: int = 0
+    length: int = 0  # TEXT: the most characters a value can have
+    cost: int = 1  # work for one row, at most
+
+    @property
+    def text_literal(self) -> bool:
+        return isinstance(self.node, exp.Literal) and self.node.is_string
+
+    def describe(self) -> str:
+        return self.kind.value
+
+
+def _int(node: exp.Expression, lo: int, hi: int, integer: str, cost: int) -> Typed:
+    return Typed(Kind.INT, node, integer=integer, lo=lo, hi=hi, cost=cost)
+
+
+def _smallest_integer(lo: int, hi: int) -> str | None:
+    for name in ("INTEGER", *_WIDENING):
+        low, high = INTEGER_TYPES[name]
+        if low <= lo and hi <= high:
+            return name
+    return None
+
+
+def _cast(node: exp.Expression, to: str) -> exp.Expression:
+    return exp.Cast(this=node, to=exp.DataType.build(to))
+
+
+class Rejected(QueryRejected):
+    pass
+
+
+class TypeChecker:
+    """Types row expressions over one table's columns. `context` is rendered only for a refusal message."""
+
+    def __init__(self, columns: dict[str, ColumnPolicy], context: object) -> None:
+        self.columns = columns
+        self.context = context
+
+    def refuse(self, problem: str) -> Rejected:
+        return Rejected(f"{self.context}: {problem}")
+
+    # -- entry point ------------------------------------------------------------------------------------------
+    def infer(self, node: exp.Expression) -> Typed:
+        rule = _RULES.get(type(node))
+        if rule is None:
+            raise self.refuse(f"{_name(node)} has no type rule (it is not in the list of vetted SQL)")
+        typed = rule(self, node)
+        if typed.kind is Kind.TEXT and typed.length > MAX_TEXT_LENGTH:
+            raise self.refuse(f"{_name(node)} can produce text of up to {typed.length} characters (limit "
+                              f"{MAX_TEXT_LENGTH}): one row could cost far more than another")
+        if typed.cost > MAX_ROW_COST:
+            raise self.refuse(f"{_name(node)} may cost up to {typed.cost} units of work on one row (limit "
+                              f"{MAX_ROW_COST}): one row could cost far more than another")
+        return typed
+
+    def children(self, *nodes: exp.Expression | None) -> list[Typed]:
+        return [self.infer(n) for n in nodes if n is not None]
+
+    def expect(self, typed: Typed, kinds: tuple[Kind, ...], what: str) -> Typed:
+        if typed.kind is Kind.NULL or typed.kind in kinds:
+            return typed
+        wanted = " or ".join(k.value for k in kinds)
+        raise self.refuse(f"{what} takes {wanted}, not {typed.describe()} ({_sql(typed.node)}): DuckDB would "
+                          "cast it implicitly and the cast can fail on some rows; write the comparison or the "
+                          "CAST explicitly")
+
+    # -- leaves -----------------------------------------------------------------------------------------------
+    def column(self, node: exp.Column) -> Typed:
+        policy = self.columns[node.name]
+        kind = _COLUMN_KINDS[policy.type]
+        if kind is Kind.INT:
+            return _int(node, *INTEGER_TYPES["BIGINT"], "BIGINT", 1)
+        if kind is Kind.TEXT:
+            return Typed(kind, node, length=policy.max_length)
+        return Typed(kind, node)
+
+    def literal(self, node: exp.Literal) -> Typed:
+        if node.is_string:
+            return Typed(Kind.TEXT, node, length=len(node.this))
+        text = node.this
+        if text.isdigit():
+            value = int(text)
+            integer = _smallest_integer(value, value)
+            if integer is None:
+                raise self.refuse(f"the integer {text} is beyond the 128-bit range")
+            return _int(node, value, value, integer, 1)
+        return Typed(Kind.DOUBLE if "e" in text.lower() else Kind.DECIMAL, node)
+
+    def paren(self, node: exp.Paren) -> Typed:
+        inner = self.infer(node.this)
+        return replace(inner, node=exp.paren(inner.node, copy=False))
+
+    # -- logic and comparison ---------------------------------------------------------------------------------
+    def logic(self, node: exp.Expression) -> Typed:
+        parts = [self.expect(t, (Kind.BOOL,), node.key.upper()) for t in self.children(node.this, node.expression)]
+        return Typed(Kind.BOOL, node.__class__(**_args(node, parts)), cost=_cost(parts))
+
+    def comparison(self, node: exp.Expression) -> Typed:
+        left, right = self.unify([node.this, node.expression], f"comparison {_sql(node)}")
+        return Typed(Kind.BOOL, node.__class__(this=left.node, expression=right.node),
+                     cost=_cost([left, right]) + left.length + right.length)
+
+    def between(self, node: exp.Between) -> Typed:
+        parts = self.unify([node.this, node.args["low"], node.args["high"]], f"BETWEEN in {_sql(node)}")
+        rebuilt = exp.Between(this=parts[0].node, low=parts[1].node, high=parts[2].node)
+        return Typed(Kind.BOOL, rebuilt, cost=_cost(parts) + 2 * sum(p.length for p in parts))
+
+    def in_list(self, node: exp.In) -> Typed:
+        items = node.expressions
+        if not items:
+            raise self.refuse("IN needs a list of values")
+        kinds = {self.infer(i).kind for i in items} - {Kind.NULL}
+        if len(kinds) > 1:
+            raise self.refuse(f"the IN list of {_sql(node)} mixes {' and '.join(sorted(k.value for k in kinds))}: "
+                              "DuckDB would cast them to one type, which can fail on some rows; use one type")
+        parts = self.unify([node.this, *items], f"IN in {_sql(node)}")
+        rebuilt = exp.In(this=parts[0].node, expressions=[p.node for p in parts[1:]])
+        return Typed(Kind.BOOL, rebuilt, cost=_cost(parts) + parts[0].length * len(items))
+
+    def is_(self, node: exp.Is) -> Typed:
+        value = self.infer(node.this)
+        if not isinstance(node.expression, exp.Null):
+            self.expect(value, (Kind.BOOL,), "IS TRUE / IS FALSE")
+        return Typed(Kind.BOOL, exp.Is(this=value.node, expression=node.expression.copy()), cost=value.cost)
+
+    def not_(self, node: exp.Not) -> Typed:
+        value = self.expect(self.infer(node.this), (Kind.BOOL,), "NOT")
+        return Typed(Kind.BOOL, exp.Not(this=value.node), cost=value.cost + 1)
+
+    def like(self, node: exp.Expression, escape: str | None = None) -> Typed:
+        subject = self.as_text(self.infer(node.this), f"{node.key.upper()}")
+        pattern = node.expression
+        if not (isinstance(pattern, exp.Literal) and pattern.is_string):
+            raise self.refuse(f"the pattern of {node.key.upper()} must be a literal string")
+        if escape is not None:
+            _check_escaped_pattern(pattern.this, escape, self)
+        rebuilt = node.__class__(**{**_shallow(node), "this": subject.node, "expression": pattern.copy()})
+        wildcards = pattern.this.count("%") + pattern.this.count("_")
+        return Typed(Kind.BOOL, rebuilt, cost=subject.cost + subject.length * (1 + wildcards) + len(pattern.this))
+
+    def escape(self, node: exp.Escape) -> Typed:
+        like = node.this
+        escape = node.expression
+        if not isinstance(like, exp.Like | exp.ILike):
+            raise self.refuse("ESCAPE applies to LIKE and ILIKE only")
+        if not (isinstance(escape, exp.Literal) and escape.is_string and len(escape.this.encode()) == 1):
+            raise self.refuse("ESCAPE must be a single ASCII character in quotes")
+        inner = self.like(like, escape.this)
+        return replace(inner, node=exp.Escape(this=inner.node, expression=escape.copy()))
+
+    # -- arithmetic -------------------------------------------------------------------------------------------
+    def arithmetic(self, node: exp.Expression) -> Typed:
+        left, right = self.children(node.this, node.expression)
+        symbol = {"add": "+", "sub": "-", "mul": "*", "div": "/", "intdiv": "//", "mod": "%", "pow": "^"}[node.key]
+        for side in (left, right):
+            if side.kind not in (*NUMERIC, Kind.NULL):
+                raise self.refuse(f"{symbol} is not defined for {left.describe()} {symbol} {right.describe()} "
+                                  f"({_sql(node)}); only numbers can be added, multiplied or divided here")
+        cost = _cost([left, right])
+        if Kind.NULL in (left.kind, right.kind):
+            return Typed(Kind.NULL, node.__class__(this=left.node, expression=right.node), cost=cost)
+        if isinstance(node, exp.Div | exp.Pow):  # DuckDB computes both in DOUBLE: inf or NaN, never an error
+            return Typed(Kind.DOUBLE, node.__class__(this=_double(left), expression=_double(right)), cost=cost)
+        if isinstance(node, exp.IntDiv | exp.Mod):
+            return self.division(node, left, right, symbol, cost)
+        if left.kind is Kind.INT and right.kind is Kind.INT:
+            lo, hi = _integer_range(node, left, right)
+            return self.widened(node.__class__, [left, right], lo, hi, cost)
+        return Typed(Kind.DOUBLE, node.__class__(this=_double(left), expression=_double(right)), cost=cost)
+
+    def division(self, node: exp.Expression, left: Typed, right: Typed, symbol: str, cost: int) -> Typed:
+        divisor = _integer_literal(node.expression)
+        if divisor is None or divisor in (0, -1):
+            raise self.refuse(f"{symbol} needs a divisor that is an integer literal other than 0 and -1 "
+                              f"({_sql(node)}): other divisors can fail on some rows")
+        if left.kind is not Kind.INT:
+            return Typed(Kind.DOUBLE, node.__class__(this=_double(left), expression=right.node), cost=cost)
+        if isinstance(node, exp.Mod):
+            bound = abs(divisor) - 1
+            lo, hi = (-bound if left.lo < 0 else 0), (bound if left.hi > 0 else 0)
+        else:
+            ends = (left.lo // divisor, left.hi // divisor, -(-left.lo // divisor), -(-left.hi // divisor))
+            lo, hi = min(ends), max(ends)
+        return _int(node.__class__(this=left.node, expression=right.node), lo, hi, left.integer, cost)
+
+    def widened(self, build: Callable[..., exp.Expression], parts: list[Typed], lo: int, hi: int,
+                cost: int) -> Typed:
+        """An integer operation whose result lies in lo..hi, computed in a type that holds it."""
+        fits = all(INTEGER_TYPES[p.integer][0] <= lo and hi <= INTEGER_TYPES[p.integer][1] for p in parts)
+        if fits:
+            integer = max((p.integer for p in parts), key=lambda n: INTEGER_TYPES[n][1] - INTEGER_TYPES[n][0])
+            nodes = [p.node for p in parts]
+        else:
+            integer = _smallest_integer(lo, hi)
+            if integer is None:
+                raise self.refuse("integer arithmetic here may exceed 128 bits on some rows; cast an operand to "
+                                  "DOUBLE")
+            integer = "BIGINT" if integer == "INTEGER" else integer  # never narrower than a column
+            nodes = [_cast(p.node, integer) for p in parts]
+        keys = ("this", "expression")
+        return _int(build(**dict(zip(keys, nodes, strict=False))), lo, hi, integer, cost)
+
+    def negation(self, node: exp.Neg) -> Typed:
+        value = self.infer(node.this)
+        self.expect(value, NUMERIC, "unary minus")
+        if value.kind is Kind.INT:
+            return self.widened(exp.Neg, [value], -value.hi, -value.lo, value.cost + 1)
+        return replace(value, node=exp.Neg(this=value.node), cost=value.cost + 1)
+
+    # -- functions --------------------------------------------------------------------------------------------
+    def numeric_function(self, node: exp.Expression) -> Typed:
+        """abs, sign, floor, ceil, round: same kind out (sign: TINYINT)."""
+        value = self.expect(self.infer(node.this), NUMERIC, _name(node))
+        extra = {k: v for k, v in node.args.items() if k != "this" and v is not None}
+        if isinstance(node, exp.Sign):
+            return _int(exp.Sign(this=value.node), -1, 1, "TINYINT", value.cost + 1)
+        if isinstance(node, exp.Round) and set(extra) <= {"decimals"}:
+            decimals = extra.get("decimals")
+            places = _integer_literal(decimals) if decimals is not None else 0
+            if places is None:
+                raise self.refuse("round() takes a literal integer number of decimal places")
+            if value.kind is Kind.INT and places >= 0:
+                return replace(value, node=exp.Round(this=value.node, decimals=decimals and decimals.copy()),
+                               cost=value.cost + 1)
+            # Rounding an integer to tens (or a decimal at all) can overflow its type: round the double.
+            return Typed(Kind.DOUBLE, exp.Round(this=_double(value), decimals=decimals and decimals.copy()),
+                         cost=value.cost + 1)
+        if extra:
+            raise self.refuse(f"{_name(node)} takes one argument here")
+        if isinstance(node, exp.Abs) and value.kind is Kind.INT:
+            lo = 0 if value.lo <= 0 <= value.hi else min(abs(value.lo), abs(value.hi))
+            return self.widened(exp.Abs, [value], lo, max(abs(value.lo), abs(value.hi)), value.cost + 1)
+        kind = Kind.DOUBLE if value.kind is Kind.DECIMAL else value.kind
+        argument = _double(value) if value.kind is Kind.DECIMAL else value.node
+        return replace(value, kind=kind, node=node.__class__(this=argument), cost=value.cost + 1)
+
+    def double_function(self, node: exp.Expression) -> Typed:
+        """sqrt, ln, exp: NaN or +/-inf out of their domain, never an error."""
+        if any(v is not None for k, v in node.args.items() if k != "this"):
+            raise self.refuse(f"{_name(node)} takes one argument here")
+        value = self.expect(self.infer(node.this), NUMERIC, _name(node))
+        return Typed(Kind.DOUBLE, node.__class__(this=_double(value)), cost=value.cost + 1)
+
+    def case_change(self, node: exp.Expression) -> Typed:
+        value = self.as_text(self.infer(node.this), _name(node))
+        # Case mapping is per code point but can change a character's length in UTF-8: allow for 3x.
+        return Typed(Kind.TEXT, node.__class__(this=value.node), length=3 * value.length,
+                     cost=value.cost + value.length)
+
+    def length(self, node: exp.Length) -> Typed:
+        value = self.expect(self.infer(node.this), (Kind.TEXT,), "length()")
+        return _int(exp.Length(this=value.node), 0, value.length, "BIGINT", value.cost + value.length)
+
+    def substring(self, node: exp.Substring) -> Typed:
+        value = self.expect(self.infer(node.this), (Kind.TEXT,), "substring()")
+        for key in ("start", "length"):
+            arg = node.args.get(key)
+            if arg is not None and (_integer_literal(arg) is None or abs(_integer_literal(arg)) > 2**31):
+                raise self.refuse("substring() takes literal integers (at most 2^31 in magnitude) for its start "
+                                  "and length: DuckDB fails on some other values")
+        rebuilt = exp.Substring(this=value.node, start=_copy(node.args.get("start")),
+                                length=_copy(node.args.get("length")))
+        return Typed(Kind.TEXT, rebuilt, length=value.length, cost=value.cost + value.length)
+
+    def left_right(self, node: exp.Expression) -> Typed:
+        value = self.expect(self.infer(node.this), (Kind.TEXT,), _name(node))
+        count = self.infer(node.expression)
+        self.expect(count, (Kind.INT,), f"the count of {_name(node)}")
+        return Typed(Kind.TEXT, node.__class__(this=value.node, expression=count.node), length=value.length,
+                     cost=value.cost + count.cost + value.length)
+
+    def trim(self, node: exp.Trim) -> Typed:
+        value = self.expect(self.infer(node.this), (Kind.TEXT,), "trim()")
+        characters = node.expression
+        if characters is not None and not (isinstance(characters, exp.Literal) and characters.is_string):
+            raise self.refuse("trim() takes a literal string of characters to remove")
+        if node.args.get("collation"):
+            raise self.refuse("trim() with a collation is not supported")
+        rebuilt = exp.Trim(this=value.node, expression=_copy(characters), position=node.args.get("position"))
+        width = len(characters.this) if characters is not None else 1
+        return Typed(Kind.TEXT, rebuilt, length=value.length, cost=value.cost + value.length * width)
+
+    def concat(self, node: exp.Expression) -> Typed:
+        if isinstance(node, exp.DPipe):
+            parts = [self.expect(t, (Kind.TEXT,), "||") for t in self.children(node.this, node.expression)]
+            rebuilt = exp.DPipe(this=parts[0].node, expression=parts[1].node)
+        else:
+            parts = [self.as_text(self.infer(e), "concat()") for e in node.expressions]
+            rebuilt = exp.Concat(expressions=[p.node for p in parts], safe=node.args.get("safe"))
+        length = sum(p.length for p in parts)
+        return Typed(Kind.TEXT, rebuilt, length=length, cost=_cost(parts) + length)
+
+    def replace_text(self, node: exp.Replace) -> Typed:
+        parts = [self.expect(t, (Kind.TEXT,), "replace()")
+                 for t in self.children(node.this, node.expression, node.args.get("replacement"))]
+        if len(parts) != 3:
+            raise self.refuse("replace() takes three arguments")
+        value, search, replacement = parts
+        # At most length / len(search) occurrences each grow by len(replacement); DuckDB leaves text alone when
+        # the search string is empty.
+        step = len(search.node.this) if search.text_literal and search.node.this else 1
+        length = value.length + (value.length // step) * replacement.length
+        rebuilt = exp.Replace(this=value.node, expression=search.node, replacement=replacement.node)
+        return Typed(Kind.TEXT, rebuilt, length=length,
+                     cost=_cost(parts) + value.length * max(1, search.length) + length)
+
+    def text_predicate(self, node: exp.Expression) -> Typed:
+        """starts_with and strpos (two texts)."""
+        second = node.expression if isinstance(node, exp.StartsWith) else node.args.get("substr")
+        if any(node.args.get(k) is not None for k in ("position", "occurrence", "instance")):
+            raise self.refuse(f"{_name(node)} takes two arguments here")
+        value, search = [self.expect(t, (Kind.TEXT,), _name(node)) for t in self.children(node.this, second)]
+        cost = value.cost + search.cost + value.length * max(1, search.length)
+        if isinstance(node, exp.StartsWith):
+            return Typed(Kind.BOOL, exp.StartsWith(this=value.node, expression=search.node), cost=cost)
+        return _int(exp.StrPosition(this=value.node, substr=search.node), 0, value.length, "BIGINT", cost)
+
+    # -- dates ------------------------------------------------------------------------------------------------
+    def date_function(self, node: exp.Expression) -> Typed:
+        value = self.expect(self.infer(node.this), (Kind.DATE, Kind.TIMESTAMP), _name(node))
+        if any(v is not None for k, v in node.args.items() if k != "this"):
+            raise self.refuse(f"{_name(node)} takes one argument here")
+        call = node.__class__(this=value.node)
+        guarded = _date_guarded(call, value) if isinstance(node, exp.Week) else call
+        return _int(guarded, -(2**31), 2**31, "BIGINT", value.cost + 2)
+
+    def extract(self, node: exp.Extract) -> Typed:
+        part = _part_name(node.this)
+        value = self.expect(self.infer(node.expression), (Kind.DATE, Kind.TIMESTAMP), "EXTRACT")
+        total, guarded = EXTRACT_PARTS.get(value.kind, (frozenset(), frozenset()))
+        if part is None or part not in total | guarded:
+            raise self.refuse(f"EXTRACT({node.this.sql()} FROM {value.describe()}) is not supported (parts: "
+                              f"{', '.join(sorted(total | guarded))}): DuckDB fails on it for some values")
+        call = exp.Extract(this=exp.var(part.upper()), expression=value.node)
+        kind = Kind.DOUBLE if part in ("epoch", "julian") else Kind.INT
+        node_out = _date_guarded(call, value) if part in guarded else call
+        if kind is Kind.DOUBLE:
+            return Typed(kind, node_out, cost=value.cost + 2)
+        return _int(node_out, -(2**63), 2**63 - 1, "BIGINT", value.cost + 2)
+
+    def truncate(self, node: exp.Expression) -> Typed:
+        part = _part_name(node.args.get("unit"))
+        value = self.expect(self.infer(node.this), (Kind.DATE, Kind.TIMESTAMP), "date_trunc()")
+        allowed = TRUNC_PARTS.get(value.kind, frozenset())
+        if part is None or part not in allowed:
+            raise self.refuse(f"date_trunc('{part}', {value.describe()}) is not supported (parts: "
+                              f"{', '.join(sorted(allowed))}): DuckDB fails on it for some values")
+        call = exp.TimestampTrunc(this=value.node, unit=exp.var(part.upper()))
+        return Typed(Kind.TIMESTAMP, _date_guarded(call, value), cost=value.cost + 2)
+
+    # -- conditionals -----------------------------------------------------------------------------------------
+    def case(self, node: exp.Case) -> Typed:
+        if node.this is not None:
+            raise self.refuse("CASE x WHEN ... is not supported here: write CASE WHEN x = ... THEN")
+        ifs = node.args.get("ifs") or []
+        conditions = [self.expect(self.infer(i.this), (Kind.BOOL,), "CASE WHEN") for i in ifs]
+        results = self.unify([*(i.args["true"] for i in ifs), node.args.get("default") or exp.null()],
+                             f"the results of {_sql(node)}")
+        rebuilt = exp.Case(ifs=[exp.If(this=c.node, true=r.node) for c, r in zip(conditions, results[:-1], strict=True)],
+                           default=results[-1].node)
+        return replace(_joined(results), node=rebuilt, cost=_cost([*conditions, *results]))
+
+    def if_(self, node: exp.If) -> Typed:
+        condition = self.expect(self.infer(node.this), (Kind.BOOL,), "IF")
+        results = self.unify([node.args["true"], node.args.get("false") or exp.null()], f"the results of {_sql(node)}")
+        rebuilt = exp.If(this=condition.node, true=results[0].node, false=results[1].node)
+        return replace(_joined(results), node=rebuilt, cost=_cost([condition, *results]))
+
+    def variadic(self, node: exp.Expression) -> Typed:
+        """coalesce, least, greatest: one type over all arguments."""
+        parts = self.unify([node.this, *node.expressions], f"the arguments of {_name(node)}")
+        extra = {k: v for k, v in node.args.items() if k not in ("this", "expressions")}
+        rebuilt = node.__class__(this=parts[0].node, expressions=[p.node for p in parts[1:]], **extra)
+        return replace(_joined(parts), node=rebuilt, cost=_cost(parts) + sum(p.length for p in parts))
+
+    def nullif(self, node: exp.Nullif) -> Typed:
+        value, other = self.unify([node.this, node.expression], f"the arguments of {_sql(node)}")
+        return replace(value, node=exp.Nullif(this=value.node, expression=other.node),
+                       cost=_cost([value, other]) + value.length + other.length)
+
+    # -- casts ------------------------------------------------------------------------------------------------
+    def cast(self, node: exp.Cast) -> Typed:
+        value = self.infer(node.this)
+        target = node.to
+        name = target.this.value if isinstance(target.this, exp.DataType.Type) else ""
+        name = {"TIMESTAMPNTZ": "TIMESTAMP", "INT": "INTEGER", "FLOAT": "FLOAT", "CHAR": "VARCHAR",
+                "TEXT": "VARCHAR", "NCHAR": "VARCHAR", "NVARCHAR": "VARCHAR", "BPCHAR": "VARCHAR",
+                "INT128": "HUGEINT", "UINT128": "UHUGEINT", "DATETIME": "TIMESTAMP"}.get(name, name)
+        kind = _CAST_KINDS.get(name)
+        if kind is None:
+            raise self.refuse(f"cannot cast to {target.sql('duckdb')} (numbers, text, boolean, date and "
+                              "timestamp are allowed)")
+        cost = value.cost + value.length + 1
+        total = isinstance(node, exp.TryCast) or _cast_is_total(value, kind, name, bool(target.expressions))
+        built = (exp.Cast if total and not isinstance(node, exp.TryCast) else exp.TryCast)(
+            this=value.node, to=target.copy())
+        if kind is Kind.INT:
+            lo, hi = INTEGER_TYPES[name]
+            if value.kind is Kind.INT:
+                lo, hi = max(lo, value.lo), min(hi, value.hi)
+            elif value.kind is Kind.BOOL:
+                lo, hi = 0, 1
+            return _int(built, lo, hi, name, cost)
+        if kind is Kind.TEXT:
+            length = value.length if value.kind is Kind.TEXT else _TEXT_WIDTH[value.kind]
+            return Typed(kind, built, length=length, cost=cost)
+        return Typed(kind, built, cost=cost)
+
+    # -- conversions ------------------------------------------------------------------------------------------
+    def as_text(self, typed: Typed, what: str) -> Typed:
+        """Text for a text function: another kind is cast explicitly (every kind casts to text without error)."""
+        if typed.kind in (Kind.TEXT, Kind.NULL):
+            return typed
+        return Typed(Kind.TEXT, _cast(typed.node, "VARCHAR"), length=_TEXT_WIDTH[typed.kind],
+                     cost=typed.cost + 1)
+
+    def unify(self, nodes: list[exp.Expression], what: str) -> list[Typed]:
+        """Type `nodes` as one DuckDB type, making every implicit conversion explicit, or refuse."""
+        parts = [self.infer(n) for n in nodes]
+        kinds = {p.kind for p in parts} - {Kind.NULL}
+        # A text literal beside a typed value is read as that type, once, from the text (checked as a constant).
+        typed_kinds = {p.kind for p in parts if not p.text_literal} - {Kind.NULL}
+        if Kind.TEXT in kinds and typed_kinds and Kind.TEXT not in typed_kinds and len(typed_kinds) == 1:
+            target = next(iter(typed_kinds))
+            integer = next((p.integer for p in parts if p.kind is Kind.INT), "BIGINT")
+            name = _DUCKDB_NAMES[target] if target is not Kind.INT else integer
+            parts = [replace(p, kind=target, node=_cast(p.node, name), length=0,
+                             **({"lo": INTEGER_TYPES[name][0], "hi": INTEGER_TYPES[name][1], "integer": name}
+                                if target is Kind.INT else {}))
+                     if p.text_literal else p for p in parts]
+            kinds = {target}
+        if len(kinds) <= 1:
+            return parts
+        if kinds <= set(NUMERIC):
+            if Kind.DOUBLE in kinds or Kind.DECIMAL in kinds:
+                # Mixed numbers meet as DOUBLE, explicitly: DuckDB's decimal conversions can overflow.
+                return [p if p.kind in (Kind.DOUBLE, Kind.NULL) else
+                        Typed(Kind.DOUBLE, _double(p), cost=p.cost) for p in parts]
+            return parts
+        raise self.refuse(f"{what} mixes {' and '.join(sorted(k.value for k in kinds))}: DuckDB would cast one "
+                          "to the other, which can fail on some rows; CAST explicitly")
+
+
+def _check_escaped_pattern(pattern: str, escape: str, checker: TypeChecker) -> None:
+    """DuckDB raises (and TRY does not catch) when matching reaches an escape character at the pattern's end."""
+    index = 0
+    while index < len(pattern):
+        if pattern[index] == escape:
+            if index + 1 >= len(pattern):
+                raise checker.refuse(f"the LIKE pattern {pattern!r} ends with its ESCAPE character {escape!r}")
+            index += 1
+        index += 1
+
+
+def _cast_is_total(value: Typed, kind: Kind, name: str, parameters: bool) -> bool:
+    """Whether CAST(value AS name) succeeds for every value of the source type (else it becomes TRY_CAST)."""
+    source = value.kind
+    if source is Kind.NULL or kind is Kind.TEXT:
+        return True
+    if kind is Kind.INT:
+        lo, hi = INTEGER_TYPES[name]
+        return (source is Kind.INT and lo <= value.lo and value.hi <= hi) or (source is Kind.BOOL and lo <= 0)
+    if kind is Kind.DOUBLE:
+        return source in (Kind.INT, Kind.DOUBLE, Kind.DECIMAL, Kind.BOOL) and (name == "DOUBLE" or source is not
+                                                                               Kind.DOUBLE)
+    if kind is Kind.BOOL:
+        return source in (Kind.BOOL, Kind.INT, Kind.DOUBLE)
+    if kind is Kind.DATE:
+        return source in (Kind.DATE, Kind.TIMESTAMP)
+    if kind is Kind.TIMESTAMP:
+        return source is Kind.TIMESTAMP
+    return False  # DECIMAL(p, s) can overflow: TRY_CAST
+
+
+def _date_guarded(call: exp.Expression, value: Typed) -> exp.Expression:
+    """`call`, NULL for dates outside DATE_GUARD (where DuckDB's timestamp and week arithmetic fail)."""
+    name = _DUCKDB_NAMES[value.kind]
+    low, high = (_cast(exp.Literal.string(d), name) for d in DATE_GUARD)
+    inside = exp.Between(this=value.node.copy(), low=low, high=high)
+    return exp.Case(ifs=[exp.If(this=inside, true=call)])
+
+
+def _double(typed: Typed) -> exp.Expression:
+    return typed.node if typed.kind in (Kind.DOUBLE, Kind.NULL) else _cast(typed.node, "DOUBLE")
+
+
+def _integer_range(node: exp.Expression, left: Typed, right: Typed) -> tuple[int, int]:
+    if isinstance(node, exp.Add):
+        return left.lo + right.lo, left.hi + right.hi
+    if isinstance(node, exp.Sub):
+        return left.lo - right.hi, left.hi - right.lo
+    corners = [a * b for a in (left.lo, left.hi) for b in (right.lo, right.hi)]
+    return min(corners), max(corners)
+
+
+def _integer_literal(node: exp.Expression | None) -> int | None:
+    if isinstance(node, exp.Paren):
+        return _integer_literal(node.this)
+    if isinstance(node, exp.Neg):
+        inner = _integer_literal(node.this)
+        return -inner if inner is not None else None
+    if isinstance(node, exp.Literal) and not node.is_string and node.this.isdigit():
+        return int(node.this)
+    return None
+
+
+def _part_name(node: exp.Expression | None) -> str | None:
+    if isinstance(node, exp.Var) or (isinstance(node, exp.Literal) and node.is_string):
+        return node.name.lower()
+    return None
+
+
+def _joined(parts: list[Typed]) -> Typed:
+    """The type of a value that is one of `parts` (after unify)."""
+    kinds = [p for p in parts if p.kind is not Kind.NULL]
+    if not kinds:
+        return parts[0]
+    first = kinds[0]
+    if first.kind is Kind.INT:
+        integer = max((p.integer for p in kinds), key=lambda n: INTEGER_TYPES[n][1] - INTEGER_TYPES[n][0])
+        return replace(first, lo=min(p.lo for p in kinds), hi=max(p.hi for p in kinds), integer=integer)
+    return replace(first, length=max(p.length for p in kinds))
+
+
+def _cost(parts: list[Typed]) -> int:
+    return 1 + sum(p.cost for p in parts)
+
+
+def _args(node: exp.Expression, parts: list[Typed]) -> dict:
+    return dict(zip(("this", "expression"), (p.node for p in parts), strict=False))
+
+
+def _shallow(node: exp.Expression) -> dict:
+    return {k: v for k, v in node.args.items() if not isinstance(v, exp.Expression)}
+
+
+def _copy(node: exp.Expression | None) -> exp.Expression | None:
+    return node.copy() if node is not None else None
+
+
+def _sql(node: exp.Expression) -> str:
+    def plain(part: exp.Expression) -> exp.Expression:
+        return exp.column(part.name) if isinstance(part, exp.Column) else part
+    return node.copy().transform(plain, copy=False).sql("duckdb")
+
+
+def _name(node: exp.Expression) -> str:
+    if isinstance(node, exp.Anonymous):
+        return f"function {node.name.lower()}()"
+    if isinstance(node, exp.Func):
+        return f"{node.sql_name().lower()}()"
+    return type(node).__name__.lower()
+
+
+_COLUMN_KINDS = {ColumnType.INT: Kind.INT, ColumnType.FLOAT: Kind.DOUBLE, ColumnType.TEXT: Kind.TEXT,
+                 ColumnType.BOOL: Kind.BOOL, ColumnType.DATE: Kind.DATE, ColumnType.TIMESTAMP: Kind.TIMESTAMP}
+_DUCKDB_NAMES = {Kind.BOOL: "BOOLEAN", Kind.INT: "BIGINT", Kind.DOUBLE: "DOUBLE", Kind.TEXT: "VARCHAR",
+                 Kind.DATE: "DATE", Kind.TIMESTAMP: "TIMESTAMP", Kind.DECIMAL: "DOUBLE"}
+_CAST_KINDS = {**{name: Kind.INT for name in INTEGER_TYPES}, "DOUBLE": Kind.DOUBLE, "FLOAT": Kind.DOUBLE,
+               "DECIMAL": Kind.DOUBLE, "VARCHAR": Kind.TEXT, "BOOLEAN": Kind.BOOL, "DATE": Kind.DATE,
+               "TIMESTAMP": Kind.TIMESTAMP}
+
+_T = TypeChecker
+_RULES: dict[type[exp.Expression], Callable[[TypeChecker, exp.Expression], Typed]] = {
+    exp.Column: _T.column, exp.Literal: _T.literal, exp.Paren: _T.paren,
+    exp.Null: lambda _, n: Typed(Kind.NULL, n.copy()), exp.Boolean: lambda _, n: Typed(Kind.BOOL, n.copy()),
+    exp.And: _T.logic, exp.Or: _T.logic, exp.Not: _T.not_,
+    **{c: _T.comparison for c in (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ,
+                                  exp.NullSafeNEQ)},
+    exp.Between: _T.between, exp.In: _T.in_list, exp.Is: _T.is_, exp.Like: _T.like, exp.ILike: _T.like,
+    exp.Escape: _T.escape,
+    **{c: _T.arithmetic for c in (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod, exp.Pow)},
+    exp.Neg: _T.negation,
+    **{c: _T.numeric_function for c in (exp.Abs, exp.Sign, exp.Round, exp.Floor, exp.Ceil)},
+    **{c: _T.double_function for c in (exp.Sqrt, exp.Ln, exp.Exp)},
+    exp.Lower: _T.case_change, exp.Upper: _T.case_change, exp.Length: _T.length, exp.Substring: _T.substring,
+    exp.Left: _T.left_right, exp.Right: _T.left_right, exp.Trim: _T.trim, exp.Concat: _T.concat,
+    exp.DPipe: _T.concat, exp.Replace: _T.replace_text, exp.StartsWith: _T.text_predicate,
+    exp.StrPosition: _T.text_predicate,
+    **{c: _T.date_function for c in (exp.Year, exp.Month, exp.Day, exp.DayOfWeek, exp.DayOfYear, exp.Quarter,
+                                     exp.Week)},
+    exp.Extract: _T.extract, exp.TimestampTrunc: _T.truncate, exp.DateTrunc: _T.truncate,
+    exp.Case: _T.case, exp.If: _T.if_, exp.Coalesce: _T.variadic, exp.Least: _T.variadic,
+    exp.Greatest: _T.variadic, exp.Nullif: _T.nullif, exp.Cast: _T.cast, exp.TryCast: _T.cast,
+}
+
+
+def typed_expression(node: exp.Expression, columns: dict[str, ColumnPolicy], context: object) -> Typed:
+    """The type, total rewrite and cost bound of a row expression, or QueryRejected naming what is wrong."""
+    return TypeChecker(columns, context).infer(node)
+
+
+def total_expression(node: exp.Expression, columns: dict[str, ColumnPolicy]) -> exp.Expression:
+    """The expression as the bounded SQL runs it: every operation total for every row (see the module doc)."""
+    return typed_expression(node, columns, "").node.copy()
