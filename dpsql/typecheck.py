@@ -264,12 +264,16 @@ class TypeChecker:
         return Typed(Kind.DOUBLE, node.__class__(this=_double(left), expression=_double(right)), cost=cost)
 
     def division(self, node: exp.Expression, left: Typed, right: Typed, symbol: str, cost: int) -> Typed:
+        if Kind.INT not in (left.kind, right.kind) or left.kind is not right.kind:
+            # In DOUBLE, % is fmod (NaN for a zero divisor); // still fails on a zero divisor.
+            if isinstance(node, exp.Mod) or _nonzero_literal(node.expression):
+                return Typed(Kind.DOUBLE, node.__class__(this=_double(left), expression=_double(right)), cost=cost)
+            raise self.refuse(f"{symbol} on {left.describe()} and {right.describe()} needs a literal divisor other "
+                              f"than 0 ({_sql(node)}): other divisors can fail on some rows")
         divisor = _integer_literal(node.expression)
         if divisor is None or divisor in (0, -1):
             raise self.refuse(f"{symbol} needs a divisor that is an integer literal other than 0 and -1 "
                               f"({_sql(node)}): other divisors can fail on some rows")
-        if left.kind is not Kind.INT:
-            return Typed(Kind.DOUBLE, node.__class__(this=_double(left), expression=right.node), cost=cost)
         if isinstance(node, exp.Mod):
             bound = abs(divisor) - 1
             lo, hi = (-bound if left.lo < 0 else 0), (bound if left.hi > 0 else 0)
@@ -361,7 +365,14 @@ class TypeChecker:
         value = self.expect(self.infer(node.this), (Kind.TEXT,), _name(node))
         count = self.infer(node.expression)
         self.expect(count, (Kind.INT,), f"the count of {_name(node)}")
-        return Typed(Kind.TEXT, node.__class__(this=value.node, expression=count.node), length=value.length,
+        # DuckDB fails on a count beyond 2^32; a count beyond the text's maximum length means the same as that
+        # length, so it is clamped there.
+        limit = value.length + 1
+        clamped = count.node
+        if count.lo < -limit or count.hi > limit:
+            clamped = exp.Least(this=exp.Greatest(this=count.node, expressions=[_literal_int(-limit)]),
+                                expressions=[_literal_int(limit)])
+        return Typed(Kind.TEXT, node.__class__(this=value.node, expression=clamped), length=value.length,
                      cost=value.cost + count.cost + value.length)
 
     def trim(self, node: exp.Trim) -> Typed:
@@ -451,8 +462,8 @@ class TypeChecker:
         conditions = [self.expect(self.infer(i.this), (Kind.BOOL,), "CASE WHEN") for i in ifs]
         results = self.unify([*(i.args["true"] for i in ifs), node.args.get("default") or exp.null()],
                              f"the results of {_sql(node)}")
-        rebuilt = exp.Case(ifs=[exp.If(this=c.node, true=r.node) for c, r in zip(conditions, results[:-1], strict=True)],
-                           default=results[-1].node)
+        branches = zip(conditions, results[:-1], strict=True)
+        rebuilt = exp.Case(ifs=[exp.If(this=c.node, true=r.node) for c, r in branches], default=results[-1].node)
         return replace(_joined(results), node=rebuilt, cost=_cost([*conditions, *results]))
 
     def if_(self, node: exp.If) -> Typed:
@@ -526,6 +537,13 @@ class TypeChecker:
             kinds = {target}
         if len(kinds) <= 1:
             return parts
+        if Kind.BOOL in kinds and kinds - {Kind.BOOL} <= set(NUMERIC):
+            # DuckDB compares a boolean with a number as the integer 0 or 1 (2 = TRUE is false): say so.
+            parts = [_int(_cast(p.node, "INTEGER"), 0, 1, "INTEGER", p.cost + 1) if p.kind is Kind.BOOL else p
+                     for p in parts]
+            kinds = {p.kind for p in parts} - {Kind.NULL}
+            if len(kinds) <= 1:
+                return parts
         if kinds <= set(NUMERIC):
             if Kind.DOUBLE in kinds or Kind.DECIMAL in kinds:
                 # Mixed numbers meet as DOUBLE, explicitly: DuckDB's decimal conversions can overflow.
@@ -555,7 +573,7 @@ def _cast_is_total(value: Typed, kind: Kind, name: str, parameters: bool) -> boo
     if kind is Kind.INT:
         lo, hi = INTEGER_TYPES[name]
         return (source is Kind.INT and lo <= value.lo and value.hi <= hi) or (source is Kind.BOOL and lo <= 0)
-    if kind is Kind.DOUBLE:
+    if kind is Kind.DOUBLE:  # a DOUBLE beyond FLOAT's range fails to become a FLOAT
         return source in (Kind.INT, Kind.DOUBLE, Kind.DECIMAL, Kind.BOOL) and (name == "DOUBLE" or source is not
                                                                                Kind.DOUBLE)
     if kind is Kind.BOOL:
@@ -586,6 +604,22 @@ def _integer_range(node: exp.Expression, left: Typed, right: Typed) -> tuple[int
         return left.lo - right.hi, left.hi - right.lo
     corners = [a * b for a in (left.lo, left.hi) for b in (right.lo, right.hi)]
     return min(corners), max(corners)
+
+
+def _literal_int(value: int) -> exp.Expression:
+    literal = exp.Literal.number(abs(value))
+    return exp.Neg(this=literal) if value < 0 else literal
+
+
+def _nonzero_literal(node: exp.Expression) -> bool:
+    if isinstance(node, exp.Paren | exp.Neg):
+        return _nonzero_literal(node.this)
+    if not (isinstance(node, exp.Literal) and not node.is_string):
+        return False
+    try:
+        return float(node.this) != 0.0
+    except ValueError:
+        return False
 
 
 def _integer_literal(node: exp.Expression | None) -> int | None:
@@ -652,7 +686,7 @@ _COLUMN_KINDS = {ColumnType.INT: Kind.INT, ColumnType.FLOAT: Kind.DOUBLE, Column
 _DUCKDB_NAMES = {Kind.BOOL: "BOOLEAN", Kind.INT: "BIGINT", Kind.DOUBLE: "DOUBLE", Kind.TEXT: "VARCHAR",
                  Kind.DATE: "DATE", Kind.TIMESTAMP: "TIMESTAMP", Kind.DECIMAL: "DOUBLE"}
 _CAST_KINDS = {**{name: Kind.INT for name in INTEGER_TYPES}, "DOUBLE": Kind.DOUBLE, "FLOAT": Kind.DOUBLE,
-               "DECIMAL": Kind.DOUBLE, "VARCHAR": Kind.TEXT, "BOOLEAN": Kind.BOOL, "DATE": Kind.DATE,
+               "DECIMAL": Kind.DECIMAL, "VARCHAR": Kind.TEXT, "BOOLEAN": Kind.BOOL, "DATE": Kind.DATE,
                "TIMESTAMP": Kind.TIMESTAMP}
 
 _T = TypeChecker
@@ -674,7 +708,7 @@ _RULES: dict[type[exp.Expression], Callable[[TypeChecker, exp.Expression], Typed
     exp.StrPosition: _T.text_predicate,
     **{c: _T.date_function for c in (exp.Year, exp.Month, exp.Day, exp.DayOfWeek, exp.DayOfYear, exp.Quarter,
                                      exp.Week)},
-    exp.Extract: _T.extract, exp.TimestampTrunc: _T.truncate, exp.DateTrunc: _T.truncate,
+    exp.Extract: _T.extract, exp.TimestampTrunc: _T.truncate,
     exp.Case: _T.case, exp.If: _T.if_, exp.Coalesce: _T.variadic, exp.Least: _T.variadic,
     exp.Greatest: _T.variadic, exp.Nullif: _T.nullif, exp.Cast: _T.cast, exp.TryCast: _T.cast,
 }
