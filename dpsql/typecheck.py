@@ -497,7 +497,10 @@ class TypeChecker:
             raise self.refuse(f"cannot cast to {target.sql('duckdb')} (numbers, text, boolean, date and "
                               "timestamp are allowed)")
         cost = value.cost + value.length + 1
-        total = isinstance(node, exp.TryCast) or _cast_is_total(value, kind, name, bool(target.expressions))
+        # A cast of a constant runs once, whatever the data: it stays a CAST, and the checker evaluates it from the
+        # text (vetting.ConstantChecker), so a bad literal is refused rather than silently NULL.
+        constant = not any(isinstance(part, exp.Column) for part in node.this.walk())
+        total = isinstance(node, exp.TryCast) or constant or _cast_is_total(value, kind, name)
         built = (exp.Cast if total and not isinstance(node, exp.TryCast) else exp.TryCast)(
             this=value.node, to=target.copy())
         if kind is Kind.INT:
@@ -565,7 +568,7 @@ def _check_escaped_pattern(pattern: str, escape: str, checker: TypeChecker) -> N
         index += 1
 
 
-def _cast_is_total(value: Typed, kind: Kind, name: str, parameters: bool) -> bool:
+def _cast_is_total(value: Typed, kind: Kind, name: str) -> bool:
     """Whether CAST(value AS name) succeeds for every value of the source type (else it becomes TRY_CAST)."""
     source = value.kind
     if source is Kind.NULL or kind is Kind.TEXT:

@@ -149,6 +149,12 @@ def test_a_text_literal_beside_a_typed_value_becomes_an_explicit_cast() -> None:
     assert _typed("i = '5'").node.sql("duckdb") == "i = CAST('5' AS BIGINT)"
 
 
+def test_a_cast_that_can_fail_on_a_row_becomes_try_cast_but_a_constant_one_stays_checked() -> None:
+    assert _typed("CAST(t AS BIGINT)").node.sql("duckdb") == "TRY_CAST(t AS BIGINT)"
+    assert _typed("CAST(i AS DOUBLE)").node.sql("duckdb") == "CAST(i AS DOUBLE)"
+    assert _typed("d > DATE '2020-01-01'").node.sql("duckdb") == "d > CAST('2020-01-01' AS DATE)"
+
+
 def test_integer_arithmetic_is_widened_only_where_it_could_overflow() -> None:
     assert _typed("i % 10 + 1").node.sql("duckdb") == "i % 10 + 1"
     assert _typed("i + 1").node.sql("duckdb") == "CAST(i AS INT128) + CAST(1 AS INT128)"
