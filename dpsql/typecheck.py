@@ -22,6 +22,7 @@ row cannot cost much more than any other.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -117,7 +118,12 @@ def _smallest_integer(lo: int, hi: int) -> str | None:
 
 
 def _cast(node: exp.Expression, to: str) -> exp.Expression:
-    return exp.Cast(this=node, to=exp.DataType.build(to))
+    return exp.Cast(this=node, to=_data_type(to).copy())
+
+
+@functools.cache
+def _data_type(name: str) -> exp.DataType:
+    return exp.DataType.build(name, dialect="duckdb")  # parsing a type name is slow: once per name
 
 
 class Rejected(QueryRejected):
@@ -191,12 +197,12 @@ class TypeChecker:
         return Typed(Kind.BOOL, node.__class__(**_args(node, parts)), cost=_cost(parts))
 
     def comparison(self, node: exp.Expression) -> Typed:
-        left, right = self.unify([node.this, node.expression], f"comparison {_sql(node)}")
+        left, right = self.unify([node.this, node.expression], "comparison", node)
         return Typed(Kind.BOOL, node.__class__(this=left.node, expression=right.node),
                      cost=_cost([left, right]) + left.length + right.length)
 
     def between(self, node: exp.Between) -> Typed:
-        parts = self.unify([node.this, node.args["low"], node.args["high"]], f"BETWEEN in {_sql(node)}")
+        parts = self.unify([node.this, node.args["low"], node.args["high"]], "BETWEEN in", node)
         rebuilt = exp.Between(this=parts[0].node, low=parts[1].node, high=parts[2].node)
         return Typed(Kind.BOOL, rebuilt, cost=_cost(parts) + 2 * sum(p.length for p in parts))
 
@@ -204,11 +210,12 @@ class TypeChecker:
         items = node.expressions
         if not items:
             raise self.refuse("IN needs a list of values")
-        kinds = {self.infer(i).kind for i in items} - {Kind.NULL}
+        typed = [self.infer(n) for n in (node.this, *items)]
+        kinds = {t.kind for t in typed[1:]} - {Kind.NULL}
         if len(kinds) > 1:
             raise self.refuse(f"the IN list of {_sql(node)} mixes {' and '.join(sorted(k.value for k in kinds))}: "
                               "DuckDB would cast them to one type, which can fail on some rows; use one type")
-        parts = self.unify([node.this, *items], f"IN in {_sql(node)}")
+        parts = self.join(typed, "IN in", node)
         rebuilt = exp.In(this=parts[0].node, expressions=[p.node for p in parts[1:]])
         return Typed(Kind.BOOL, rebuilt, cost=_cost(parts) + parts[0].length * len(items))
 
@@ -461,26 +468,26 @@ class TypeChecker:
         ifs = node.args.get("ifs") or []
         conditions = [self.expect(self.infer(i.this), (Kind.BOOL,), "CASE WHEN") for i in ifs]
         results = self.unify([*(i.args["true"] for i in ifs), node.args.get("default") or exp.null()],
-                             f"the results of {_sql(node)}")
+                             "the results of", node)
         branches = zip(conditions, results[:-1], strict=True)
         rebuilt = exp.Case(ifs=[exp.If(this=c.node, true=r.node) for c, r in branches], default=results[-1].node)
         return replace(_joined(results), node=rebuilt, cost=_cost([*conditions, *results]))
 
     def if_(self, node: exp.If) -> Typed:
         condition = self.expect(self.infer(node.this), (Kind.BOOL,), "IF")
-        results = self.unify([node.args["true"], node.args.get("false") or exp.null()], f"the results of {_sql(node)}")
+        results = self.unify([node.args["true"], node.args.get("false") or exp.null()], "the results of", node)
         rebuilt = exp.If(this=condition.node, true=results[0].node, false=results[1].node)
         return replace(_joined(results), node=rebuilt, cost=_cost([condition, *results]))
 
     def variadic(self, node: exp.Expression) -> Typed:
         """coalesce, least, greatest: one type over all arguments."""
-        parts = self.unify([node.this, *node.expressions], f"the arguments of {_name(node)}")
+        parts = self.unify([node.this, *node.expressions], "the arguments of", node)
         extra = {k: v for k, v in node.args.items() if k not in ("this", "expressions")}
         rebuilt = node.__class__(this=parts[0].node, expressions=[p.node for p in parts[1:]], **extra)
         return replace(_joined(parts), node=rebuilt, cost=_cost(parts) + sum(p.length for p in parts))
 
     def nullif(self, node: exp.Nullif) -> Typed:
-        value, other = self.unify([node.this, node.expression], f"the arguments of {_sql(node)}")
+        value, other = self.unify([node.this, node.expression], "the arguments of", node)
         return replace(value, node=exp.Nullif(this=value.node, expression=other.node),
                        cost=_cost([value, other]) + value.length + other.length)
 
@@ -523,9 +530,13 @@ class TypeChecker:
         return Typed(Kind.TEXT, _cast(typed.node, "VARCHAR"), length=_TEXT_WIDTH[typed.kind],
                      cost=typed.cost + 1)
 
-    def unify(self, nodes: list[exp.Expression], what: str) -> list[Typed]:
-        """Type `nodes` as one DuckDB type, making every implicit conversion explicit, or refuse."""
-        parts = [self.infer(n) for n in nodes]
+    def unify(self, nodes: list[exp.Expression], what: str, whole: exp.Expression) -> list[Typed]:
+        """Type `nodes` as one DuckDB type, making every implicit conversion explicit, or refuse. `what` and
+        `whole` name the place in a refusal (rendered only then: rendering SQL is slow)."""
+        return self.join([self.infer(n) for n in nodes], what, whole)
+
+    def join(self, parts: list[Typed], what: str, whole: exp.Expression) -> list[Typed]:
+        """unify() for parts already typed."""
         kinds = {p.kind for p in parts} - {Kind.NULL}
         # A text literal beside a typed value is read as that type, once, from the text (checked as a constant).
         typed_kinds = {p.kind for p in parts if not p.text_literal} - {Kind.NULL}
@@ -553,8 +564,8 @@ class TypeChecker:
                 return [p if p.kind in (Kind.DOUBLE, Kind.NULL) else
                         Typed(Kind.DOUBLE, _double(p), cost=p.cost) for p in parts]
             return parts
-        raise self.refuse(f"{what} mixes {' and '.join(sorted(k.value for k in kinds))}: DuckDB would cast one "
-                          "to the other, which can fail on some rows; CAST explicitly")
+        raise self.refuse(f"{what} {_sql(whole)} mixes {' and '.join(sorted(k.value for k in kinds))}: DuckDB "
+                          "would cast one to the other, which can fail on some rows; CAST explicitly")
 
 
 def _check_escaped_pattern(pattern: str, escape: str, checker: TypeChecker) -> None:
