@@ -349,8 +349,8 @@ class TypeChecker:
 
     def case_change(self, node: exp.Expression) -> Typed:
         value = self.as_text(self.infer(node.this), _name(node))
-        # Case mapping is per code point but can change a character's length in UTF-8: allow for 3x.
-        return Typed(Kind.TEXT, node.__class__(this=value.node), length=3 * value.length,
+        # DuckDB maps case code point by code point: the length (in code points, as everywhere here) is kept.
+        return Typed(Kind.TEXT, node.__class__(this=value.node), length=value.length,
                      cost=value.cost + value.length)
 
     def length(self, node: exp.Length) -> Typed:
