@@ -109,8 +109,8 @@ def _int(node: exp.Expression, lo: int, hi: int, integer: str, cost: int) -> Typ
     return Typed(Kind.INT, node, integer=integer, lo=lo, hi=hi, cost=cost)
 
 
-def _smallest_integer(lo: int, hi: int) -> str | None:
-    for name in ("INTEGER", *_WIDENING):
+def _smallest_integer(lo: int, hi: int, names: tuple[str, ...] = ("INTEGER", *_WIDENING)) -> str | None:
+    for name in names:
         low, high = INTEGER_TYPES[name]
         if low <= lo and hi <= high:
             return name
@@ -181,7 +181,10 @@ class TypeChecker:
         text = node.this
         if text.isdigit():
             value = int(text)
-            integer = _smallest_integer(value, value)
+            # DuckDB gives an integer literal the type of the other operand when the value fits it (TINYINT + 100
+            # is TINYINT arithmetic), so a literal's type is taken as the narrowest that holds it: a type here must
+            # never be wider than DuckDB's, or an overflow could go unseen.
+            integer = _smallest_integer(value, value, ("TINYINT", "SMALLINT", "INTEGER", *_WIDENING))
             if integer is None:
                 raise self.refuse(f"the integer {text} is beyond the 128-bit range")
             return _int(node, value, value, integer, 1)

@@ -77,7 +77,11 @@ ACCEPTED = [
     "greatest(d, '2020-01-01')", "nullif(i, 0)", "nullif(t, '')", "coalesce(b, c)",
     *(f"CAST({column} AS {target})" for column in ("i", "f", "t", "b", "d", "s") for target in CAST_TARGETS),
     *(f"TRY_CAST({column} AS {target})" for column in ("t", "f") for target in CAST_TARGETS),
-    "CAST(i AS INTEGER) + 1", "CAST(b AS TINYINT) * 200", "CAST(i AS UTINYINT) - 1",
+    "CAST(i AS INTEGER) + 1", "CAST(b AS TINYINT) * 200", "CAST(i AS UTINYINT) - 1", "CAST(b AS TINYINT) + 100 + 100",
+    "(CAST(b AS TINYINT) + 100) * 2", "CAST(i AS UTINYINT) // -2", "CAST(i AS UTINYINT) % 10 + 1",
+    "CAST(i AS UBIGINT) = j", "CAST(i AS UTINYINT) < CAST(j AS TINYINT)", "CAST(i AS UBIGINT) + j",
+    "CAST(i AS UHUGEINT) * 0", "sign(i) * 127 + sign(f)", "CASE WHEN b THEN 100 ELSE 27 END + 100",
+    "CAST(i AS SMALLINT) * 1000", "-CAST(i AS TINYINT)", "abs(CAST(i AS TINYINT))",
 ]
 REFUSED = [
     "i * j * 3", "i // j", "i % j", "i // 0", "i % -1", "f // g", "t + 1", "d + 1", "d - e", "b + 1",
@@ -88,7 +92,7 @@ REFUSED = [
     "extract(timezone_hour FROM s)", "date_trunc('era', d)", "date_trunc('timezone', s)", "date_trunc('hour', d)",
     "CASE WHEN t THEN 1 END", "CASE WHEN b THEN 1 ELSE t END", "coalesce(i, t)", "least(d, s)",
     "length(i)", "year(t)", "sqrt(t)", "abs(t)", "t || i", "trim(t, u)", "starts_with(t, i)",
-    "d + INTERVAL 1 DAY",
+    "d + INTERVAL 1 DAY", "i * i * i",
 ]
 
 
