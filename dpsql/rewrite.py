@@ -7,8 +7,9 @@ The SQL itself enforces everything the sensitivity analysis assumed:
   depends only on the unit's rows), ranking only the rows of units with more than m rows in all;
 - every bounded column clamped to its declared interval inside an aggregate, and every aggregated expression
   clamped to its derived interval and held as a fixed-point integer (see fixedpoint.py), so sums are exact;
-- any analyst expression that could raise on some value wrapped in TRY(...), which makes it NULL instead: no
-  row can turn the query into an error.
+- every analyst expression in its total form (typecheck.py: integer arithmetic widened, failing casts as
+  TRY_CAST, date functions guarded), so no row can turn the query into an error; TRY(...) around it remains as
+  a second layer only.
 
 Each pass takes the tree and the plan and returns a new tree, in the manner of sqlglot's optimizer.
 """

@@ -16,8 +16,9 @@ tests/test_typecheck.py evaluates every signature over a grid of adversarial val
 
 The same walk bounds the work one row can cause (`Typed.cost`): every text value has a maximum length (a text
 column's `max_length` from the policy, enforced when the table is loaded; a literal's own length; each text
-function's growth), and an expression whose bound exceeds MAX_ROW_COST or MAX_TEXT_LENGTH is refused, so one
-row cannot cost much more than any other.
+function's growth), and an expression larger than MAX_NODES, or whose bound exceeds MAX_ROW_COST or
+MAX_TEXT_LENGTH, is refused, so one row cannot cost much more than any other (benchmarks/attacks/row_cost.py
+measures it).
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from dpsql.errors import QueryRejected
 from dpsql.policy import MAX_TEXT_LENGTH, ColumnPolicy, ColumnType
 
 # MAX_TEXT_LENGTH (policy.py) also bounds every text value an expression computes.
-MAX_ROW_COST = 2_000_000  # units of work (about one per character touched) one row may cost
+MAX_ROW_COST = 1_000_000  # units of work (about one per character touched) one row may cost
+MAX_NODES = 2_000  # the size of one row expression: every row that reaches it pays for each node
 
 
 class Kind(StrEnum):
@@ -733,6 +735,10 @@ _RULES: dict[type[exp.Expression], Callable[[TypeChecker, exp.Expression], Typed
 
 def typed_expression(node: exp.Expression, columns: dict[str, ColumnPolicy], context: object) -> Typed:
     """The type, total rewrite and cost bound of a row expression, or QueryRejected naming what is wrong."""
+    size = sum(1 for _ in node.walk())
+    if size > MAX_NODES:
+        raise Rejected(f"{context}: the expression has {size} parts (limit {MAX_NODES}): one row could cost far "
+                       "more than another")
     return TypeChecker(columns, context).infer(node)
 
 

@@ -1,10 +1,9 @@
 """Which SQL an analyst may write inside a row expression (WHERE, GROUP BY, an aggregate's argument).
 
 An allowlist, not a denylist: a node type that is not listed here is refused, whatever sqlglot learns to parse
-next. Everything listed is deterministic and reads nothing but the current row; anything that could fail on
-some values (a cast, an overflow) is made NULL-on-error by the rewrite (`TRY`), so no row can turn a query into
-an error that depends on the data. DuckDB's TRY does not catch every runtime error, so the constants of a
-construct that can fail in a way TRY misses (a LIKE's ESCAPE) are checked here, from the text.
+next. Everything listed is deterministic and reads nothing but the current row. Whether it can fail on some
+row value is decided by the type check (typecheck.py), which admits each operation only where it is total and
+gives the total form the bounded SQL runs; `TRY` around it (the rewrite) is a second layer, not the argument.
 """
 
 from __future__ import annotations
@@ -158,6 +157,6 @@ class ConstantChecker:
 
 
 def may_fail(node: exp.Expression) -> bool:
-    """Whether evaluating `node` on some row value could raise an engine error (so the rewrite wraps it in
-    TRY): anything but a bare column or literal."""
+    """Whether the rewrite wraps `node` in TRY, as a second layer behind the type check: anything but a bare
+    column or literal."""
     return any(type(part) not in NEVER_FAILS for part in node.walk())
