@@ -26,7 +26,8 @@ COLUMNS = {"i": ColumnPolicy("i", ColumnType.INT),
 _NINE = "'aaaaaaaaa'"
 ACCEPTED = (
     f"replace(replace(t, 'a', {_NINE}), 'a', {_NINE}) LIKE '%b%'",
-    f"strpos(replace(t, 'a', {_NINE}), '{'a' * 90}b') > 0",
+    f"strpos(replace(t, 'a', {_NINE}), '{'a' * 90}b') > 0", f"t ILIKE '%{'a_' * 450}b'",
+    f"replace(t, 'a', {_NINE}) LIKE '%a_a%{'a' * 80}b'",
     "concat(" + ", ".join(["t"] * 99) + ") LIKE '%b%'",
     "length(concat(" + ", ".join(["t"] * 99) + ")) > 0 AND "
     + " AND ".join([f"strpos(replace(t, 'a', {_NINE}), 'aaaab') = 0"] * 10),
@@ -40,7 +41,8 @@ def _doubled(levels: int) -> str:
     return f"{text} LIKE '%b%'"
 
 
-GROWING = (_doubled(12), f"replace(replace(replace(t, 'a', {_NINE}), 'a', {_NINE}), 'a', {_NINE}) LIKE '%b%'")
+GROWING = (_doubled(12), f"replace(replace(replace(t, 'a', {_NINE}), 'a', {_NINE}), 'a', {_NINE}) LIKE '%b%'",
+           f"replace(replace(t, 'a', {_NINE}), 'a', {_NINE}) ILIKE '%{'a_' * 50}b'")
 
 
 @dataclass(frozen=True)
