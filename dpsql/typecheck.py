@@ -171,7 +171,9 @@ class TypeChecker:
 
     # -- leaves -----------------------------------------------------------------------------------------------
     def column(self, node: exp.Column) -> Typed:
-        policy = self.columns[node.name]
+        policy = self.columns.get(node.name)
+        if policy is None:
+            raise self.refuse(f"column '{node.name}' is not declared in the policy")
         kind = _COLUMN_KINDS[policy.type]
         if kind is Kind.INT:
             return _int(node, *INTEGER_TYPES["BIGINT"], "BIGINT", 1)
@@ -470,14 +472,19 @@ class TypeChecker:
 
     # -- conditionals -----------------------------------------------------------------------------------------
     def case(self, node: exp.Case) -> Typed:
-        if node.this is not None:
-            raise self.refuse("CASE x WHEN ... is not supported here: write CASE WHEN x = ... THEN")
         ifs = node.args.get("ifs") or []
-        conditions = [self.expect(self.infer(i.this), (Kind.BOOL,), "CASE WHEN") for i in ifs]
+        subject = node.this
+        if subject is not None:  # CASE x WHEN v THEN ...: x is compared with every v, so all take one type
+            compared = self.unify([subject, *(i.this for i in ifs)], "CASE ... WHEN", node)
+            subject_node, conditions = compared[0].node, compared[1:]
+        else:
+            subject_node = None
+            conditions = [self.expect(self.infer(i.this), (Kind.BOOL,), "CASE WHEN") for i in ifs]
         results = self.unify([*(i.args["true"] for i in ifs), node.args.get("default") or exp.null()],
                              "the results of", node)
         branches = zip(conditions, results[:-1], strict=True)
-        rebuilt = exp.Case(ifs=[exp.If(this=c.node, true=r.node) for c, r in branches], default=results[-1].node)
+        rebuilt = exp.Case(this=subject_node, ifs=[exp.If(this=c.node, true=r.node) for c, r in branches],
+                           default=results[-1].node)
         return replace(_joined(results), node=rebuilt, cost=_cost([*conditions, *results]))
 
     def if_(self, node: exp.If) -> Typed:

@@ -72,7 +72,9 @@ ACCEPTED = [
     *(f"date_trunc('{part}', {column})" for kind, column in ((Kind.DATE, "d"), (Kind.TIMESTAMP, "s"))
       for part in sorted(TRUNC_PARTS[kind])),
     "CASE WHEN b THEN i ELSE j END", "CASE WHEN b THEN i ELSE 0.5 END", "CASE WHEN b THEN t END",
-    "CASE WHEN b THEN d WHEN c THEN '2020-01-01' END", "CASE WHEN i > 0 THEN ln(i) END", "IF(b, f, i)",
+    "CASE WHEN b THEN d WHEN c THEN '2020-01-01' END", "CASE i WHEN 1 THEN 'a' WHEN j THEN u ELSE t END",
+    "CASE d WHEN '2020-02-29' THEN 1 END", "CASE i + j WHEN 0.5 THEN f END", "CASE WHEN i > 0 THEN ln(i) END",
+    "IF(b, f, i)",
     "IF(c, 1, 0) + 2147483647", "coalesce(i, j, 0)", "coalesce(t, 'x')", "least(i, f)",
     "greatest(d, '2020-01-01')", "nullif(i, 0)", "nullif(t, '')", "coalesce(b, c)",
     *(f"CAST({column} AS {target})" for column in ("i", "f", "t", "b", "d", "s") for target in CAST_TARGETS),
@@ -90,7 +92,8 @@ REFUSED = [
     "t LIKE u", "t LIKE 'a\\' ESCAPE '\\'", "t LIKE '\\' ESCAPE '\\'", "t LIKE 'ab' ESCAPE 'ü'",
     "substring(t, i, 1)", "substring(t, 1, j)", "round(f, i)", "extract(timezone FROM d)",
     "extract(timezone_hour FROM s)", "date_trunc('era', d)", "date_trunc('timezone', s)", "date_trunc('hour', d)",
-    "CASE WHEN t THEN 1 END", "CASE WHEN b THEN 1 ELSE t END", "coalesce(i, t)", "least(d, s)",
+    "CASE WHEN t THEN 1 END", "CASE t WHEN 1 THEN 1 END", "CASE WHEN b THEN 1 ELSE t END", "coalesce(i, t)",
+    "least(d, s)",
     "length(i)", "year(t)", "sqrt(t)", "abs(t)", "t || i", "trim(t, u)", "starts_with(t, i)",
     "d + INTERVAL 1 DAY", "i * i * i",
 ]
