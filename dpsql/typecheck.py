@@ -389,6 +389,8 @@ class TypeChecker:
         if count.lo < -limit or count.hi > limit:
             clamped = exp.Least(this=exp.Greatest(this=count.node, expressions=[_literal_int(-limit)]),
                                 expressions=[_literal_int(limit)])
+        if count.integer in ("HUGEINT", "UBIGINT", "UHUGEINT"):
+            clamped = _cast(clamped, "BIGINT")  # DuckDB takes a BIGINT count; the value fits, being clamped
         return Typed(Kind.TEXT, node.__class__(this=value.node, expression=clamped), length=value.length,
                      cost=value.cost + count.cost + value.length)
 
@@ -442,8 +444,10 @@ class TypeChecker:
         value = self.expect(self.infer(node.this), (Kind.DATE, Kind.TIMESTAMP), _name(node))
         if any(v is not None for k, v in node.args.items() if k != "this"):
             raise self.refuse(f"{_name(node)} takes one argument here")
-        call = node.__class__(this=value.node)
-        guarded = _date_guarded(call, value) if isinstance(node, exp.Week) else call
+        if isinstance(node, exp.Week):
+            guarded = _date_guarded(lambda arg: node.__class__(this=arg), value)
+        else:
+            guarded = node.__class__(this=value.node)
         return _int(guarded, -(2**31), 2**31, "BIGINT", value.cost + 2)
 
     def extract(self, node: exp.Extract) -> Typed:
@@ -453,9 +457,10 @@ class TypeChecker:
         if part is None or part not in total | guarded:
             raise self.refuse(f"EXTRACT({node.this.sql()} FROM {value.describe()}) is not supported (parts: "
                               f"{', '.join(sorted(total | guarded))}): DuckDB fails on it for some values")
-        call = exp.Extract(this=exp.var(part.upper()), expression=value.node)
+        def call(arg: exp.Expression) -> exp.Expression:
+            return exp.Extract(this=exp.var(part.upper()), expression=arg)
         kind = Kind.DOUBLE if part in ("epoch", "julian") else Kind.INT
-        node_out = _date_guarded(call, value) if part in guarded else call
+        node_out = _date_guarded(call, value) if part in guarded else call(value.node)
         if kind is Kind.DOUBLE:
             return Typed(kind, node_out, cost=value.cost + 2)
         return _int(node_out, -(2**63), 2**63 - 1, "BIGINT", value.cost + 2)
@@ -467,8 +472,8 @@ class TypeChecker:
         if part is None or part not in allowed:
             raise self.refuse(f"date_trunc('{part}', {value.describe()}) is not supported (parts: "
                               f"{', '.join(sorted(allowed))}): DuckDB fails on it for some values")
-        call = exp.TimestampTrunc(this=value.node, unit=exp.var(part.upper()))
-        return Typed(Kind.TIMESTAMP, _date_guarded(call, value), cost=value.cost + 2)
+        guarded = _date_guarded(lambda arg: exp.TimestampTrunc(this=arg, unit=exp.var(part.upper())), value)
+        return Typed(Kind.TIMESTAMP, guarded, cost=value.cost + 2)
 
     # -- conditionals -----------------------------------------------------------------------------------------
     def case(self, node: exp.Case) -> Typed:
@@ -613,12 +618,16 @@ def _cast_is_total(value: Typed, kind: Kind, name: str) -> bool:
     return False  # DECIMAL(p, s) can overflow: TRY_CAST
 
 
-def _date_guarded(call: exp.Expression, value: Typed) -> exp.Expression:
-    """`call`, NULL for dates outside DATE_GUARD (where DuckDB's timestamp and week arithmetic fail)."""
+def _date_guarded(call: Callable[[exp.Expression], exp.Expression], value: Typed) -> exp.Expression:
+    """`call(value)`, NULL for dates outside DATE_GUARD (where DuckDB's timestamp and week arithmetic fail).
+
+    The argument is also clamped into DATE_GUARD inside the call, so the call is total on its own: should an
+    optimizer ever evaluate it outside the CASE (common subexpressions, hoisting), it still cannot fail."""
     name = _DUCKDB_NAMES[value.kind]
     low, high = (_cast(exp.Literal.string(d), name) for d in DATE_GUARD)
-    inside = exp.Between(this=value.node.copy(), low=low, high=high)
-    return exp.Case(ifs=[exp.If(this=inside, true=call)])
+    inside = exp.Between(this=value.node.copy(), low=low.copy(), high=high.copy())
+    clamped = exp.Least(this=exp.Greatest(this=value.node.copy(), expressions=[low]), expressions=[high])
+    return exp.Case(ifs=[exp.If(this=inside, true=call(clamped))])
 
 
 def _double(typed: Typed) -> exp.Expression:

@@ -63,7 +63,8 @@ ACCEPTED = [
     "round(i, 400)", "floor(f)", "ceil(i)", "floor(0.5 * i)", "ceil(f) + i", "sqrt(f)", "sqrt(i)", "ln(f)",
     "ln(i)", "exp(f)", "exp(i)",
     "lower(t)", "upper(t)", "length(t)", "substring(t, 2, 3)", "substring(t, -2147483648, 2147483647)",
-    "substring(t, 0)", "left(t, i)", "right(t, i)", "trim(t)", "trim(BOTH 'a%' FROM t)", "ltrim(t)", "rtrim(t)",
+    "substring(t, 0)", "left(t, i)", "right(t, i)", "right(t, -i)", "left(t, i * j)",
+    "trim(t)", "trim(BOTH 'a%' FROM t)", "ltrim(t)", "rtrim(t)",
     "concat(t, i, u)", "concat(f, b, d)", "concat(s, t)", "t || u", "replace(t, 'a', 'xyz')", "replace(t, u, 'xy')",
     "starts_with(t, u)", "strpos(t, u)", "lower(i)", "length(upper(t))",
     "year(d)", "month(s)", "day(d)", "dayofweek(s)", "dayofyear(d)", "quarter(s)", "week(d)", "week(s)",
@@ -160,6 +161,16 @@ def test_a_cast_that_can_fail_on_a_row_becomes_try_cast_but_a_constant_one_stays
     assert _typed("CAST(t AS BIGINT)").node.sql("duckdb") == "TRY_CAST(t AS BIGINT)"
     assert _typed("CAST(i AS DOUBLE)").node.sql("duckdb") == "CAST(i AS DOUBLE)"
     assert _typed("d > DATE '2020-01-01'").node.sql("duckdb") == "d > CAST('2020-01-01' AS DATE)"
+
+
+@pytest.mark.parametrize("template", ["week(d)", "extract(week FROM s)", "date_trunc('month', d)",
+                                      "date_trunc('year', s)", "left(t, i)", "right(t, -i)"])
+def test_a_guarded_call_is_total_even_outside_its_guard(con, template: str) -> None:
+    """A guard is a CASE; should an optimizer evaluate the call outside it, the call must still not fail."""
+    guarded = _typed(template).node
+    for case in list(guarded.find_all(exp.Case)):
+        case.replace(case.args["ifs"][0].args["true"])
+    _evaluate(con, guarded)
 
 
 def test_integer_arithmetic_is_widened_only_where_it_could_overflow() -> None:
