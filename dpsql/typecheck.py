@@ -445,10 +445,9 @@ class TypeChecker:
         if any(v is not None for k, v in node.args.items() if k != "this"):
             raise self.refuse(f"{_name(node)} takes one argument here")
         if isinstance(node, exp.Week):
-            guarded = _date_guarded(lambda arg: node.__class__(this=arg), value)
-        else:
-            guarded = node.__class__(this=value.node)
-        return _int(guarded, -(2**31), 2**31, "BIGINT", value.cost + 2)
+            return _int(_date_guarded(lambda arg: node.__class__(this=arg), value), -(2**31), 2**31, "BIGINT",
+                        _guarded_cost(value))
+        return _int(node.__class__(this=value.node), -(2**31), 2**31, "BIGINT", value.cost + 2)
 
     def extract(self, node: exp.Extract) -> Typed:
         part = _part_name(node.this)
@@ -461,9 +460,10 @@ class TypeChecker:
             return exp.Extract(this=exp.var(part.upper()), expression=arg)
         kind = Kind.DOUBLE if part in ("epoch", "julian") else Kind.INT
         node_out = _date_guarded(call, value) if part in guarded else call(value.node)
+        cost = _guarded_cost(value) if part in guarded else value.cost + 2
         if kind is Kind.DOUBLE:
-            return Typed(kind, node_out, cost=value.cost + 2)
-        return _int(node_out, -(2**63), 2**63 - 1, "BIGINT", value.cost + 2)
+            return Typed(kind, node_out, cost=cost)
+        return _int(node_out, -(2**63), 2**63 - 1, "BIGINT", cost)
 
     def truncate(self, node: exp.Expression) -> Typed:
         part = _part_name(node.args.get("unit"))
@@ -473,7 +473,7 @@ class TypeChecker:
             raise self.refuse(f"date_trunc('{part}', {value.describe()}) is not supported (parts: "
                               f"{', '.join(sorted(allowed))}): DuckDB fails on it for some values")
         guarded = _date_guarded(lambda arg: exp.TimestampTrunc(this=arg, unit=exp.var(part.upper())), value)
-        return Typed(Kind.TIMESTAMP, guarded, cost=value.cost + 2)
+        return Typed(Kind.TIMESTAMP, guarded, cost=_guarded_cost(value))
 
     # -- conditionals -----------------------------------------------------------------------------------------
     def case(self, node: exp.Case) -> Typed:
@@ -618,6 +618,10 @@ def _cast_is_total(value: Typed, kind: Kind, name: str) -> bool:
     return False  # DECIMAL(p, s) can overflow: TRY_CAST
 
 
+def _guarded_cost(value: Typed) -> int:
+    return 3 * value.cost + 4  # the guard evaluates its argument three times (test, clamp, call)
+
+
 def _date_guarded(call: Callable[[exp.Expression], exp.Expression], value: Typed) -> exp.Expression:
     """`call(value)`, NULL for dates outside DATE_GUARD (where DuckDB's timestamp and week arithmetic fail).
 
@@ -757,7 +761,12 @@ def typed_expression(node: exp.Expression, columns: dict[str, ColumnPolicy], con
     if size > MAX_NODES:
         raise Rejected(f"{context}: the expression has {size} parts (limit {MAX_NODES}): one row could cost far "
                        "more than another")
-    return TypeChecker(columns, context).infer(node)
+    typed = TypeChecker(columns, context).infer(node)
+    total_size = sum(1 for _ in typed.node.walk())
+    if total_size > 4 * MAX_NODES:  # guards repeat their argument: nested ones multiply the size
+        raise Rejected(f"{context}: the expression grows to {total_size} parts once made total (limit "
+                       f"{4 * MAX_NODES}): nest fewer date functions")
+    return typed
 
 
 def total_expression(node: exp.Expression, columns: dict[str, ColumnPolicy]) -> exp.Expression:

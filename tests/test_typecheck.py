@@ -191,3 +191,8 @@ def test_text_growth_is_bounded_by_the_cost_model() -> None:
     assert _typed("lower(t) LIKE '%a%'").cost <= MAX_ROW_COST
     with pytest.raises(QueryRejected, match="parts"):
         _typed(" OR ".join(["i = 1"] * 1000))
+    nested = "d"
+    for _ in range(9):  # each guard repeats its argument three times
+        nested = f"date_trunc('month', {nested})"
+    with pytest.raises(QueryRejected, match="parts|units of work"):
+        _typed(nested)
