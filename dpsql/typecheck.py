@@ -346,9 +346,10 @@ class TypeChecker:
         if isinstance(node, exp.Abs) and value.kind is Kind.INT:
             lo = 0 if value.lo <= 0 <= value.hi else min(abs(value.lo), abs(value.hi))
             return self.widened(exp.Abs, [value], lo, max(abs(value.lo), abs(value.hi)), value.cost + 1)
-        kind = Kind.DOUBLE if value.kind is Kind.DECIMAL else value.kind
-        argument = _double(value) if value.kind is Kind.DECIMAL else value.node
-        return replace(value, kind=kind, node=node.__class__(this=argument), cost=value.cost + 1)
+        if value.kind is Kind.DECIMAL or isinstance(node, exp.Floor | exp.Ceil):
+            # DuckDB's floor and ceil of an integer are DOUBLE: say so; a decimal is computed as a double.
+            return Typed(Kind.DOUBLE, node.__class__(this=_double(value)), cost=value.cost + 1)
+        return replace(value, node=node.__class__(this=value.node), cost=value.cost + 1)
 
     def double_function(self, node: exp.Expression) -> Typed:
         """sqrt, ln, exp: NaN or +/-inf out of their domain, never an error."""
@@ -391,8 +392,9 @@ class TypeChecker:
                                 expressions=[_literal_int(limit)])
         if count.integer in ("HUGEINT", "UBIGINT", "UHUGEINT"):
             clamped = _cast(clamped, "BIGINT")  # DuckDB takes a BIGINT count; the value fits, being clamped
+        # A NULL-preserving clamp names the count four times (sqlglot writes GREATEST/LEAST as CASEs).
         return Typed(Kind.TEXT, node.__class__(this=value.node, expression=clamped), length=value.length,
-                     cost=value.cost + count.cost + value.length)
+                     cost=value.cost + 4 * count.cost + value.length)
 
     def trim(self, node: exp.Trim) -> Typed:
         value = self.expect(self.infer(node.this), (Kind.TEXT,), "trim()")
@@ -630,7 +632,9 @@ def _date_guarded(call: Callable[[exp.Expression], exp.Expression], value: Typed
     name = _DUCKDB_NAMES[value.kind]
     low, high = (_cast(exp.Literal.string(d), name) for d in DATE_GUARD)
     inside = exp.Between(this=value.node.copy(), low=low.copy(), high=high.copy())
-    clamped = exp.Least(this=exp.Greatest(this=value.node.copy(), expressions=[low]), expressions=[high])
+    # NULLs are ignored in the clamp (the CASE already makes a NULL date NULL), so it names its argument once.
+    clamped = exp.Least(this=exp.Greatest(this=value.node.copy(), expressions=[low], ignore_nulls=True),
+                        expressions=[high], ignore_nulls=True)
     return exp.Case(ifs=[exp.If(this=inside, true=call(clamped))])
 
 

@@ -64,6 +64,7 @@ ACCEPTED = [
     "ln(i)", "exp(f)", "exp(i)",
     "lower(t)", "upper(t)", "length(t)", "substring(t, 2, 3)", "substring(t, -2147483648, 2147483647)",
     "substring(t, 0)", "left(t, i)", "right(t, i)", "right(t, -i)", "left(t, i * j)",
+    "left(t, CAST(floor(f) AS BIGINT))",
     "trim(t)", "trim(BOTH 'a%' FROM t)", "ltrim(t)", "rtrim(t)",
     "concat(t, i, u)", "concat(f, b, d)", "concat(s, t)", "t || u", "replace(t, 'a', 'xyz')", "replace(t, u, 'xy')",
     "starts_with(t, u)", "strpos(t, u)", "lower(i)", "length(upper(t))",
@@ -96,7 +97,7 @@ REFUSED = [
     "CASE WHEN t THEN 1 END", "CASE t WHEN 1 THEN 1 END", "CASE WHEN b THEN 1 ELSE t END", "coalesce(i, t)",
     "least(d, s)",
     "length(i)", "year(t)", "sqrt(t)", "abs(t)", "t || i", "trim(t, u)", "starts_with(t, i)",
-    "d + INTERVAL 1 DAY", "i * i * i",
+    "d + INTERVAL 1 DAY", "i * i * i", "left(t, floor(f))",
 ]
 
 
