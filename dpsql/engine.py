@@ -72,7 +72,7 @@ class Engine:
             self._fail(table, f"columns.{missing[0]}", f"the source has no column '{missing[0]}' (it has: "
                                                        f"{', '.join(sorted(found))})")
         source = self._source(table)
-        cleaned = ", ".join(f"{_clean(name, c.type, c.max_length)} AS {_quote(name)}"
+        cleaned = ", ".join(f"{_clean(name, c.type, c.text_length)} AS {_quote(name)}"
                             for name, c in table.columns.items())
         conditions = [f"{_quote(n)} IS NOT NULL" for n, c in table.columns.items() if not c.nullable]
         if table.privacy_unit is not None:

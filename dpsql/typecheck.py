@@ -131,7 +131,7 @@ def _data_type(name: str) -> exp.DataType:
 
 
 class Rejected(QueryRejected):
-    pass
+    """A row expression refused by the type check: decided from the SQL and the policy alone."""
 
 
 class TypeChecker:
@@ -178,7 +178,7 @@ class TypeChecker:
         if kind is Kind.INT:
             return _int(node, *INTEGER_TYPES["BIGINT"], "BIGINT", 1)
         if kind is Kind.TEXT:
-            return Typed(kind, node, length=policy.max_length)
+            return Typed(kind, node, length=policy.text_length)
         return Typed(kind, node)
 
     def literal(self, node: exp.Literal) -> Typed:
