@@ -14,9 +14,9 @@ Two such channels were found:
   regression test.
 - `CAST(pid AS TEXT) LIKE 'a' ESCAPE 'ab'`: DuckDB raises "Invalid escape string" on the rows that reach the
   LIKE, and TRY does not catch it. Commit 59f3d94 refuses an ESCAPE of more than one character, but DuckDB
-  counts bytes: ESCAPE 'ü' (two bytes in UTF-8) or '🙂' (four) is one character and still fails per row.
-  Still open: inside a CASE in an aggregate it reveals the bit; in WHERE (`pid = X AND ... ESCAPE 'ü'`) it
-  reveals whether X is in the data at all.
+  counts bytes: ESCAPE 'ü' (two bytes in UTF-8) or '🙂' (four) is one character and still failed per row, until
+  the checker counted bytes too. The same class (errors TRY does not absorb) and implicit casts are attacked in
+  totality.py (issue 7), closed by the type check (dpsql/typecheck.py).
 
 `scan` runs a list of risky expressions in both worlds and reports each whose outcome (answered, rejected, or
 which error) differs between them: every such expression is a channel.
