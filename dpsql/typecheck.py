@@ -527,8 +527,7 @@ class TypeChecker:
         cost = value.cost + value.length + 1
         # A cast of a constant runs once, whatever the data: it stays a CAST, and the checker evaluates it from the
         # text (vetting.ConstantChecker), so a bad literal is refused rather than silently NULL.
-        constant = not any(isinstance(part, exp.Column) for part in node.this.walk())
-        total = isinstance(node, exp.TryCast) or constant or _cast_is_total(value, kind, name)
+        total = isinstance(node, exp.TryCast) or _constant(node.this) or _cast_is_total(value, kind, name)
         built = (exp.Cast if total and not isinstance(node, exp.TryCast) else exp.TryCast)(
             this=value.node, to=target.copy())
         if kind is Kind.INT:
@@ -571,6 +570,12 @@ class TypeChecker:
                      if p.text_literal else p for p in parts]
             kinds = {target}
         if len(kinds) <= 1:
+            return parts
+        if kinds == {Kind.DATE, Kind.TIMESTAMP} and all(_constant(p.node) for p in parts if p.kind is Kind.DATE):
+            # A constant date beside a timestamp (ts > DATE '2020-01-01') becomes a timestamp, checked from the
+            # text; a date column would not (DuckDB fails to widen the extreme dates), so that stays refused.
+            parts = [replace(p, kind=Kind.TIMESTAMP, node=_cast(p.node, "TIMESTAMP")) if p.kind is Kind.DATE else p
+                     for p in parts]
             return parts
         if Kind.BOOL in kinds and kinds - {Kind.BOOL} <= set(NUMERIC):
             # DuckDB compares a boolean with a number as the integer 0 or 1 (2 = TRUE is false): say so.
@@ -636,6 +641,11 @@ def _date_guarded(call: Callable[[exp.Expression], exp.Expression], value: Typed
     clamped = exp.Least(this=exp.Greatest(this=value.node.copy(), expressions=[low], ignore_nulls=True),
                         expressions=[high], ignore_nulls=True)
     return exp.Case(ifs=[exp.If(this=inside, true=call(clamped))])
+
+
+def _constant(node: exp.Expression) -> bool:
+    """Whether `node` reads no column: it runs once, whatever the data, and the checker evaluates it first."""
+    return not any(isinstance(part, exp.Column) for part in node.walk())
 
 
 def _double(typed: Typed) -> exp.Expression:

@@ -54,6 +54,7 @@ ACCEPTED = [
     "b AND c", "b OR c", "NOT b", "b AND NULL",
     *(f"{x} {op} {y}" for x, y in COMPARED for op in ("=", "<>", "<", "<=", ">", ">=", "IS DISTINCT FROM",
                                                        "IS NOT DISTINCT FROM")),
+    "s > DATE '2020-01-01'", "s BETWEEN DATE '2020-01-01' AND r", "coalesce(s, DATE '1970-01-01')",
     "i BETWEEN j AND 5", "t BETWEEN 'a' AND u", "d BETWEEN '2020-01-01' AND e", "f BETWEEN i AND 0.5",
     "i IN (1, 2, j)", "t IN ('a', u)", "d IN ('2020-01-01', '1970-01-01')", "f IN (1.5, 2.5)", "i IN (1, NULL)",
     "i IS NULL", "b IS TRUE", "NOT b IS FALSE", "t IS NOT NULL",
@@ -94,7 +95,7 @@ ACCEPTED = [
 REFUSED = [
     "i * j * 3", "i // j", "i % j", "i // 0", "i % -1", "f // g", "t + 1", "d + 1", "d - e", "b + 1",
     "i IN (1, 'x')", "i IN (1, 0.5)", "replace(t, 'a', u)", "t NOT ILIKE '%\\%' ESCAPE '%'",
-    "t = 1", "t < i", "d = s", "i = d", "b AND t", "NOT i", "b OR 1",
+    "t = 1", "t < i", "d = s", "i = d", "d > TIMESTAMP '2020-01-01 10:00:00'", "b AND t", "NOT i", "b OR 1",
     "t LIKE u", "t LIKE 'a\\' ESCAPE '\\'", "t LIKE '\\' ESCAPE '\\'", "t LIKE 'ab' ESCAPE 'ü'",
     "substring(t, i, 1)", "substring(t, 1, j)", "round(f, i)", "extract(timezone FROM d)",
     "extract(timezone_hour FROM s)", "date_trunc('era', d)", "date_trunc('timezone', s)", "date_trunc('hour', d)",
