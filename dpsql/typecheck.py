@@ -8,11 +8,14 @@ which it is *total*: defined, without error, for every value of its argument typ
 long text, the extreme integers, the infinite and extreme dates). Where DuckDB's function is not total but a
 rewrite makes it so, the rewrite is part of the typing: integer arithmetic is widened to a type that cannot
 overflow, a cast that can fail becomes TRY_CAST, a date function that fails outside the years 1-9999 is guarded by
-a CASE, and a text literal compared with a typed value becomes an explicit cast evaluated from the text. Everything
-else is refused, from the SQL and the policy alone, naming the function and the types.
+a CASE (and its argument clamped, so that it is total even if an optimizer hoists it out of the CASE), a count
+beyond a text's length is clamped, and a text literal compared with a typed value becomes an explicit cast
+evaluated from the text. Every node of a total form is total on its own, whatever order DuckDB evaluates them in.
+Everything else is refused, from the SQL and the policy alone, naming the function and the types.
 
 `total_expression` returns that rewrite; the bounded SQL runs it (still inside TRY, as a second layer only).
-tests/test_typecheck.py evaluates every signature over a grid of adversarial values of its argument types.
+tests/test_typecheck.py evaluates every signature over a grid of adversarial values of its argument types, and
+random admitted expressions over the same grid.
 
 The same walk bounds the work one row can cause (`Typed.cost`): every text value has a maximum length (a text
 column's `max_length` from the policy, enforced when the table is loaded; a literal's own length; each text
@@ -325,7 +328,7 @@ class TypeChecker:
 
     # -- functions --------------------------------------------------------------------------------------------
     def numeric_function(self, node: exp.Expression) -> Typed:
-        """abs, sign, floor, ceil, round: same kind out (sign: TINYINT)."""
+        """abs, sign, floor, ceil, round: the kind DuckDB gives (sign: TINYINT; floor and ceil: DOUBLE)."""
         value = self.expect(self.infer(node.this), NUMERIC, _name(node))
         extra = {k: v for k, v in node.args.items() if k != "this" and v is not None}
         if isinstance(node, exp.Sign):
