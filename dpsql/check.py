@@ -25,6 +25,7 @@ from dpsql.errors import ProgrammingError, QueryRejected
 from dpsql.parse import DIALECT, ParsedQuery
 from dpsql.policy import ColumnType, Policy, TablePolicy
 from dpsql.text_parameters import type_text_parameters
+from dpsql.typecheck import Kind, typed_expression
 from dpsql.vetting import ROW_NODES, ConstantChecker, describe, vet_row_expression
 
 NOISY_TABLE = "__noisy"
@@ -130,6 +131,7 @@ def check(parsed: ParsedQuery, policy: Policy) -> CheckedQuery:
     where = tree.args.get("where")
     if where is not None:
         vet_row_expression(where.this, "WHERE")
+        _type_check(where.this, table, "WHERE", boolean=True)
     keys = tuple(_group_key(e, table) for e in _group_expressions(tree))
     aggregates: list[AggregateCall] = []
     outer = _outer_query(tree, table, keys, aggregates)
@@ -164,6 +166,20 @@ def _check_constants(tree: exp.Select) -> None:
         parts += [("ORDER BY", item.this) for item in tree.args["order"].expressions]
     for clause, node in parts:
         _CONSTANTS.check(node, clause)
+
+
+def _type_check(node: exp.Expression, table: TablePolicy, context: object, boolean: bool = False,
+                numeric: bool = False) -> None:
+    """Refuse a row expression that is not total for every row or whose per-row cost is unbounded (typecheck.py);
+    the constants its total form adds (a text literal read as a date) must evaluate, from the text alone."""
+    typed = typed_expression(node, table.columns, context)
+    if boolean and typed.kind not in (Kind.BOOL, Kind.NULL):
+        raise QueryRejected(f"{context}: the condition is {typed.kind.value}, not boolean: DuckDB would cast it "
+                            "implicitly, which can fail on some rows; write a comparison")
+    if numeric and typed.kind not in (Kind.INT, Kind.DOUBLE, Kind.DECIMAL, Kind.BOOL, Kind.NULL):
+        raise QueryRejected(f"{context}: the argument is {typed.kind.value}: only numbers and booleans can be "
+                            "summed or averaged")
+    _CONSTANTS.check(typed.node, context)
 
 
 def _check_clauses(tree: exp.Select) -> None:
@@ -282,6 +298,7 @@ def _group_expressions(tree: exp.Select) -> list[exp.Expression]:
 def _group_key(expression: exp.Expression, table: TablePolicy) -> GroupKey:
     place = _Place("GROUP BY", expression)
     vet_row_expression(expression, place)
+    _type_check(expression, table, place)
     columns = {c.name for c in expression.find_all(exp.Column)}
     if table.privacy_unit in columns:
         raise QueryRejected(f"{place}: grouping by the privacy unit column '{table.privacy_unit}' would "
@@ -453,6 +470,7 @@ def _aggregate(node: exp.Expression, table: TablePolicy, context: _Place) -> Agg
     if isinstance(argument, exp.Distinct):
         raise QueryRejected(f"{text}: DISTINCT inside {kind.value.upper()} is not supported")
     vet_row_expression(argument, text)
+    _type_check(argument, table, text, numeric=True)
     try:
         interval = interval_of(argument, table.columns)
     except Unbounded as exc:
@@ -472,6 +490,7 @@ def _count(node: exp.Count, table: TablePolicy, text: _Place) -> AggregateCall:
         unit = f"COUNT(DISTINCT {table.privacy_unit})" if table.privacy_unit else "COUNT(*) (one row per person)"
         raise QueryRejected(f"{text}: COUNT(DISTINCT ...) is only supported on the privacy unit: {unit}")
     vet_row_expression(argument, text)
+    _type_check(argument, table, text)
     if not _nullable(argument, table):
         return AggregateCall(AggregateKind.COUNT, None, None, False, node)
     return AggregateCall(AggregateKind.COUNT, argument, None, True, node)

@@ -47,6 +47,12 @@ _DUCKDB_TYPES = {
 }
 
 
+# A modest default: every text value is at most this long once loaded, so the checker can bound the work one row
+# costs (dpsql/typecheck.py). A steward with longer free text declares max_length (up to MAX_TEXT_LENGTH).
+DEFAULT_MAX_LENGTH = 1000
+MAX_TEXT_LENGTH = 100_000
+
+
 class Accounting(StrEnum):
     PURE = "pure"  # (epsilon, delta) summed over queries
     ZCDP = "zcdp"  # rho summed over queries, converted to (epsilon, delta) against the total
@@ -65,6 +71,12 @@ class ColumnPolicy:
     upper: float | None = None
     values: tuple[Any, ...] | None = None  # a public domain: groups on this column need no partition selection
     nullable: bool = True  # False: rows with NULL (or NaN) here are dropped when the table is loaded
+    max_length: int = 0  # text: the most characters a value keeps when loaded (longer ones are cut); 0: default
+
+    @property
+    def text_length(self) -> int:
+        """The most characters a text value of this column has once loaded."""
+        return self.max_length or DEFAULT_MAX_LENGTH
 
     @property
     def bounded(self) -> bool:
@@ -158,7 +170,7 @@ def load_policy(path: str | Path) -> Policy:
 
 
 _TABLE_KEYS = {"source", "format", "table", "privacy_unit", "row_privacy", "max_rows_per_unit", "columns"}
-_COLUMN_KEYS = {"type", "lower", "upper", "values", "nullable"}
+_COLUMN_KEYS = {"type", "lower", "upper", "values", "nullable", "max_length"}
 _BUDGET_KEYS = {"epsilon", "delta", "query_epsilon", "query_delta", "accounting", "mechanism", "ledger",
                 "analysts"}
 _MAX_DOMAIN = 10_000
@@ -297,7 +309,16 @@ class _Reader:
         if values is not None:
             values = tuple(self.domain(here, ctype, values))
         nullable = self.typed(raw.get("nullable", True), here, "nullable", bool)
-        return ColumnPolicy(name.lower(), ctype, lower, upper, values, nullable)
+        max_length = 0
+        if ctype is ColumnType.TEXT:
+            max_length = self.typed(raw.get("max_length", DEFAULT_MAX_LENGTH), here, "max_length", int)
+            if not 1 <= max_length <= MAX_TEXT_LENGTH:
+                self.fail(here, "max_length", f"must be between 1 and {MAX_TEXT_LENGTH}, got {max_length}")
+            if values is not None and any(len(v) > max_length for v in values):
+                self.fail(here, "values", f"a public value is longer than max_length ({max_length})")
+        elif "max_length" in raw:
+            self.fail(here, "max_length", f"applies to text columns, but the column is {ctype.value}")
+        return ColumnPolicy(name.lower(), ctype, lower, upper, values, nullable, max_length)
 
     def domain(self, here: str, ctype: ColumnType, values: Any) -> list[Any]:
         if not isinstance(values, list) or not values:

@@ -7,8 +7,9 @@ The SQL itself enforces everything the sensitivity analysis assumed:
   depends only on the unit's rows), ranking only the rows of units with more than m rows in all;
 - every bounded column clamped to its declared interval inside an aggregate, and every aggregated expression
   clamped to its derived interval and held as a fixed-point integer (see fixedpoint.py), so sums are exact;
-- any analyst expression that could raise on some value wrapped in TRY(...), which makes it NULL instead: no
-  row can turn the query into an error.
+- every analyst expression in its total form (typecheck.py: integer arithmetic widened, failing casts as
+  TRY_CAST, date functions guarded), so no row can turn the query into an error; TRY(...) around it remains as
+  a second layer only.
 
 Each pass takes the tree and the plan and returns a new tree, in the manner of sqlglot's optimizer.
 """
@@ -24,6 +25,7 @@ from dpsql.check import KEY_PREFIX
 from dpsql.fixedpoint import clamp, double, null_preserving
 from dpsql.parse import DIALECT, literal
 from dpsql.plan import MeasurementKind, MeasurementSpec, QueryPlan
+from dpsql.typecheck import total_expression
 from dpsql.vetting import may_fail
 
 MEASURE_PREFIX = "__m"
@@ -105,21 +107,23 @@ def _arguments(plan: QueryPlan) -> tuple[str, ...]:
     return tuple(seen)
 
 
-def _guarded(node: exp.Expression) -> exp.Expression:
-    """The analyst's expression, made NULL instead of an error on any value that would make it fail."""
-    return exp.func("TRY", node.copy()) if may_fail(node) else exp.paren(node.copy())
+def _guarded(node: exp.Expression, context: _Context) -> exp.Expression:
+    """The analyst's expression in its total form (typecheck.py: it cannot fail on any row), inside TRY as a
+    second layer only."""
+    total = total_expression(node, context.plan.query.table.columns)
+    return exp.func("TRY", total) if may_fail(total) else exp.paren(total)
 
 
 def filter_rows(tree: exp.Select, context: _Context) -> exp.Select:
     where = context.plan.query.where
     if where is None:
         return tree
-    tree = tree.where(_guarded(where), copy=False)
+    tree = tree.where(_guarded(where, context), copy=False)
     # Rows whose public key is outside its declared values are never released; with a filter anyway, drop
     # them before the cap so that the cap is spent on rows that can count.
     for key in context.plan.query.keys:
         if key.domain is not None:
-            member = exp.In(this=exp.paren(key.expression.copy()), expressions=[literal(v) for v in key.domain])
+            member = exp.In(this=_guarded(key.expression, context), expressions=[literal(v) for v in key.domain])
             tree = tree.where(exp.func("TRY", member), copy=False)
     return tree
 
@@ -144,7 +148,8 @@ def cap_rows_per_unit(tree: exp.Select, context: _Context) -> exp.Select:
 
 def project_row_values(tree: exp.Select, context: _Context) -> exp.Select:
     """One row per kept row: its group keys, each aggregated value, and the unit."""
-    keys = [exp.alias_(_guarded(k.expression), f"{KEY_PREFIX}{i}") for i, k in enumerate(context.plan.query.keys)]
+    keys = [exp.alias_(_guarded(k.expression, context), f"{KEY_PREFIX}{i}")
+            for i, k in enumerate(context.plan.query.keys)]
     values = [exp.alias_(_value(argument, context), f"{VALUE_PREFIX}{i}")
               for i, argument in enumerate(_argument_nodes(context))]
     unit = [exp.column(UNIT, context.alias)] if any(
@@ -243,8 +248,9 @@ def _value(argument: exp.Expression, context: _Context) -> exp.Expression:
             return null_preserving(node, clamp(node, columns[node.name].interval))
         return node
 
-    value = argument.copy().transform(clamp_column, copy=False)
-    value = exp.func("TRY", value) if may_fail(argument) else value
+    total = total_expression(argument, columns)
+    value = total.transform(clamp_column, copy=False)
+    value = exp.func("TRY", value) if may_fail(total) else value
     if _is_boolean(argument, columns):
         value = exp.cast(value, "INTEGER")
     return value

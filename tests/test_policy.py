@@ -9,7 +9,8 @@ import pytest
 
 from dpsql.engine import Engine
 from dpsql.errors import PolicyError
-from dpsql.policy import ColumnType, load_policy
+from dpsql.policy import DEFAULT_MAX_LENGTH, ColumnType, load_policy
+from dpsql.rewrite import prepared_table
 from dpsql.skeleton import skeleton
 from tests.conftest import write_csv, write_policy
 
@@ -55,6 +56,14 @@ def test_a_good_policy_loads_with_its_declarations(tmp_path: Path, data: Path) -
     ({"columns": {"pid": {"type": "int", "lower": 0, "upper": 9}}}, "column 'pid'",
      "privacy unit column cannot have bounds"),
     ({"row_privacy": True}, "key 'row_privacy'", "contradicts privacy_unit"),
+    ({"columns": {"pid": {"type": "int"}, "city": {"type": "text", "max_length": 0}}},
+     "column 'city', key 'max_length'", "between 1 and 100000"),
+    ({"columns": {"pid": {"type": "int"}, "city": {"type": "text", "max_length": "long"}}},
+     "column 'city', key 'max_length'", "expected int"),
+    ({"columns": {"pid": {"type": "int"}, "age": {"type": "int", "max_length": 3}}},
+     "column 'age', key 'max_length'", "applies to text columns"),
+    ({"columns": {"pid": {"type": "int"}, "city": {"type": "text", "values": ["abc"], "max_length": 2}}},
+     "column 'city', key 'values'", "longer than max_length"),
 ])
 def test_broken_table_declarations_name_table_key_and_problem(tmp_path, data, overrides, where, problem) -> None:
     spec = people(**overrides)
@@ -99,6 +108,23 @@ def test_a_declared_column_missing_from_the_data_fails_at_load(tmp_path, data) -
     policy = load_policy(write_policy(tmp_path / "p.toml", {"people": spec}))
     with pytest.raises(PolicyError, match="table 'people', key 'columns.income': the source has no column 'income'"):
         Engine(policy)
+
+
+def test_text_is_cut_to_its_max_length_when_loaded(tmp_path) -> None:
+    """The checker's per-row cost bound relies on it (dpsql/typecheck.py); the default is modest."""
+    write_csv(tmp_path / "people.csv", ["pid", "age", "city"], [(1, 30, "ü" * 5000), (2, 40, "abcdef")])
+    columns = {"pid": {"type": "int"}, "age": {"type": "int"}, "city": {"type": "text", "max_length": 4}}
+    policy = load_policy(write_policy(tmp_path / "p.toml", {"people": people(columns=columns)}))
+    assert policy.table("people").columns["age"].max_length == 0
+    engine = Engine(policy)
+    try:
+        lengths = engine._con.execute(f"SELECT length(city) FROM {prepared_table('people')} ORDER BY pid").fetchall()
+    finally:
+        engine.close()
+    assert lengths == [(4,), (4,)]
+    default = load_policy(write_policy(tmp_path / "d.toml", {"people": people(columns={
+        "pid": {"type": "int"}, "city": {"type": "text"}})}))
+    assert default.table("people").columns["city"].max_length == DEFAULT_MAX_LENGTH
 
 
 def test_values_that_do_not_match_the_declared_type_fail_at_load(tmp_path) -> None:

@@ -20,17 +20,21 @@ TARGET = 7
 
 TRIGGERS = [
     "SELECT COUNT(*) FROM t WHERE 10 / (x - 5) > 0",  # x = 5 only for the target: division by zero
-    "SELECT COUNT(*) FROM t WHERE 10 // (x - 5) > 0",  # integer division by zero
-    "SELECT COUNT(*) FROM t WHERE 10 % (x - 5) = 0",
     "SELECT COUNT(*) FROM t WHERE CAST(code AS INT) > 3",  # code = 'oops' only for the target
     "SELECT COUNT(*) FROM t WHERE CASE WHEN pid = 7 THEN CAST(code AS INT) = 1 ELSE true END",
     "SELECT COUNT(*) FROM t WHERE x * 9223372036854775807 > 0",  # overflows for x >= 2
-    "SELECT COUNT(*) FROM t WHERE pid = 7 AND pid IN (1, 'x')",  # an implicit cast hidden in a comparison
-    "SELECT COUNT(*) FROM t WHERE substring(code, x - 5, 1) = 'o'",
     "SELECT COUNT(*) FROM t WHERE ln(x - 5) > 0",  # -inf / NaN rather than an error in DuckDB
     "SELECT CAST(code AS INT) AS k, COUNT(*) FROM t WHERE pid < 20 GROUP BY CAST(code AS INT)",  # as a key
     "SELECT SUM(CASE WHEN CAST(code AS INT) > 0 THEN y ELSE 0 END) FROM t",  # inside an aggregate
     "SELECT AVG(y * 9223372036854) FROM t",
+]
+
+# Triggers whose operation has no total form: refused from the text (dpsql/typecheck.py), the same in both worlds.
+REFUSED_TRIGGERS = [
+    "SELECT COUNT(*) FROM t WHERE 10 // (x - 5) > 0",  # integer division by zero
+    "SELECT COUNT(*) FROM t WHERE 10 % (x - 5) = 0",
+    "SELECT COUNT(*) FROM t WHERE pid = 7 AND pid IN (1, 'x')",  # an implicit cast hidden in a comparison
+    "SELECT COUNT(*) FROM t WHERE substring(code, x - 5, 1) = 'o'",  # an offset out of DuckDB's range fails
 ]
 
 
@@ -65,6 +69,18 @@ def test_a_row_that_would_fail_makes_no_error(worlds, sql: str) -> None:
         assert session.spending().queries == before + 1
         outcomes.append(len(result.columns))
     assert outcomes[0] == outcomes[1]
+
+
+@pytest.mark.parametrize("sql", REFUSED_TRIGGERS)
+def test_a_row_that_would_fail_is_refused_from_the_text_at_no_cost(worlds, sql: str) -> None:
+    messages = []
+    for session in worlds:
+        before = session.spending().queries
+        with pytest.raises(QueryRejected) as caught:
+            session.execute(sql, epsilon=1.0)
+        assert session.spending().queries == before
+        messages.append(str(caught.value))
+    assert messages[0] == messages[1]
 
 
 @pytest.mark.parametrize("sql", [
@@ -120,7 +136,7 @@ def test_a_constant_that_cannot_be_evaluated_is_refused_from_the_text(worlds, sq
     messages = []
     for session in worlds:
         before = session.spending().queries
-        with pytest.raises(QueryRejected, match="cannot be evaluated") as caught:
+        with pytest.raises(QueryRejected, match="cannot be evaluated|mixes decimal and text") as caught:
             session.execute(sql, epsilon=1.0)
         assert session.spending().queries == before
         messages.append(str(caught.value))
