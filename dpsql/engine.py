@@ -22,6 +22,7 @@ from sqlglot import exp
 
 from dpsql.errors import ExecutionFailed, PolicyError, QueryRejected
 from dpsql.fixedpoint import fixed_point
+from dpsql.lossless import canonical_select, faithful
 from dpsql.parse import DIALECT
 from dpsql.policy import ColumnType, Policy, TablePolicy
 from dpsql.rewrite import RANK, ROW_KEY, UNIT, UNIT_ROWS, prepared_table, quantized_column
@@ -31,10 +32,22 @@ _SANDBOX = (
     "SET lock_configuration = true",
 )
 _TWIN_SCHEMA = "__dp_twin"
+_EXACT_CACHE = 512
+# DuckDB optimizer rules that move analyst code out of the TRY written around it, or out of the CASE branch that
+# guards it, so that it runs on rows (or at a place) where its failure is no longer absorbed:
+# - in_clause: `e IN (c1, ..., cn)` with several constants becomes a MARK join; `e` is computed in a projection
+#   below the join, outside its TRY;
+# - common_subexpressions: an expression used twice in one projection (two keys, a key and an aggregated value, a
+#   CASE condition and its branch) is computed once in a projection below, outside every TRY and every CASE.
+# Both were shown to leak one row per query (benchmarks/attacks/hoisting.py); tests/test_engine_plans.py reads the
+# physical plans of bounded queries and fails if analyst code is found outside its TRY again.
+DISABLED_OPTIMIZERS = ("in_clause", "common_subexpressions")
 _STARTUP_CONFIG = {
     "autoinstall_known_extensions": "false",
     "autoload_known_extensions": "false",
     "allow_community_extensions": "false",
+    # Set at startup, before any query, and locked with the rest of the configuration (see _SANDBOX).
+    "disabled_optimizers": ",".join(DISABLED_OPTIMIZERS),
 }
 
 
@@ -42,10 +55,12 @@ class Engine:
     """A sandboxed in-memory DuckDB holding the policy's tables, prepared for bounded queries."""
 
     def __init__(self, policy: Policy, *, bounding_seed: int | None = None, threads: int | None = None) -> None:
+        self.time_limit = policy.time_limit
         config = dict(_STARTUP_CONFIG)
         if threads is not None:
             config["threads"] = str(threads)
         self._lock = threading.Lock()
+        self._exact: dict[str, str] = {}  # bounded SQL -> the SQL that runs it with exact columns
         self._policy_name = policy.path.name
         self._con = duckdb.connect(":memory:", config=config)
         # The salt makes the per-unit choice of rows unpredictable; a fixed one is for tests only.
@@ -147,34 +162,89 @@ class Engine:
         return "the source could not be read"
 
     def dry_run(self, sql: str) -> list[str]:
-        """Run a bounded query on the empty twin tables: type errors surface here, decided by the schema alone."""
+        """Run a bounded query on the empty twin tables: type errors surface here, decided by the schema alone.
+
+        The column types also decide, once per SQL text, how `run` fetches the columns (see `_fetch_exact`)."""
         with self._lock:
             try:
                 cursor = self._twin.execute(sql)
                 cursor.fetchall()
-                return [str(d[1]) for d in cursor.description]
+                types = [str(d[1]) for d in cursor.description]
             except duckdb.Error as exc:
                 raise QueryRejected(f"the query does not type-check: {_first_line(exc)}") from None
+            if len(self._exact) >= _EXACT_CACHE:
+                self._exact.pop(next(iter(self._exact)))
+            self._exact[sql] = canonical_select(sql, types)
+        return types
+
+    def physical_plan(self, sql: str) -> str:
+        """DuckDB's physical plan of a query on the data, as JSON, under the engine's locked configuration."""
+        with self._lock:
+            return str(self._con.execute(f"EXPLAIN (FORMAT JSON) {sql}").fetchall()[0][1])
 
     def run(self, sql: str) -> list[tuple[Any, ...]]:
         """Run a bounded query on the data. Any failure gets the same message, whatever the data.
 
         The query runs in a transaction that is always rolled back: only SELECTs built by the rewrite come here,
-        but should anything else ever slip through, it could not change the tables for later queries.
+        but should anything else ever slip through, it could not change the tables for later queries. A query
+        that runs longer than the policy's time limit is interrupted, and fails like any other.
         """
         with self._lock:
             self._con.execute("BEGIN TRANSACTION")
             try:
-                return self._con.execute(sql).fetchall()
+                with _Deadline(self._con, self.time_limit):
+                    return self._fetch_exact(sql)
             except duckdb.Error:
-                raise ExecutionFailed("the query failed while running on the data. It was charged: whether "
-                                      "it fails could depend on the data") from None
+                raise ExecutionFailed() from None
             finally:
                 self._con.execute("ROLLBACK")
+
+    def _fetch_exact(self, sql: str) -> list[tuple[Any, ...]]:
+        """The rows of `sql`, every column Python cannot hold exactly fetched as its DuckDB text (lossless.py).
+
+        Which columns is decided by their types: from the dry run (the session always dry-runs first), or else
+        from the result's description before any value is converted."""
+        exact = self._exact.get(sql)
+        if exact is not None:
+            return self._con.execute(exact).fetchall()
+        cursor = self._con.execute(sql)
+        types = [str(d[1]) for d in cursor.description or ()]
+        if all(faithful(kind) for kind in types):
+            return cursor.fetchall()
+        return self._con.execute(canonical_select(sql, types)).fetchall()
 
     def close(self) -> None:
         with self._lock:
             self._con.close()
+
+
+class _Deadline:
+    """Interrupts the connection when a query runs longer than `seconds` (DuckDB then raises InterruptException).
+
+    The guard makes the timer's interrupt and the end of the query exclusive: once the `with` block is left, no
+    interrupt is in flight, so it can never land on the ROLLBACK or on the next query.
+    """
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, seconds: float) -> None:
+        self._con = con
+        self._guard = threading.Lock()
+        self._armed = True
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def _expire(self) -> None:
+        with self._guard:
+            if self._armed:
+                self._con.interrupt()
+
+    def __enter__(self) -> _Deadline:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._guard:
+            self._armed = False
+        self._timer.cancel()
 
 
 def _quote(name: str) -> str:
