@@ -80,11 +80,13 @@ class ErrorOracleReport:
                   for o in self.outcomes)]
 
 
-def attack(worlds: Worlds, epsilon: float, rounds: int, seed: int) -> ErrorOracleReport:
+def attack(worlds: Worlds, epsilon: float, rounds: int, seed: int,
+           oracles: dict[str, str] | None = None) -> ErrorOracleReport:
+    """The balanced game for each oracle (ORACLES unless given): guess "smoker" when the query fails."""
     sessions = [open_session(policy, seed) for policy in worlds.policies]
     outcomes = []
     try:
-        for name, sql in ORACLES.items():
+        for name, sql in (ORACLES if oracles is None else oracles).items():
             charged = []
 
             def guesses(bit: int, n: int, sql: str = sql, charged: list = charged) -> np.ndarray:
