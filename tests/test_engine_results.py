@@ -17,7 +17,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from dpsql import lossless, release, session as session_module
+from dpsql import lossless, release
+from dpsql import session as session_module
 from dpsql.errors import ExecutionFailed, PolicyError
 from dpsql.policy import DEFAULT_TIME_LIMIT, load_policy
 from dpsql.session import PrivateSession
