@@ -145,7 +145,7 @@ class ConstantChecker:
                 try:
                     # IS NULL: the value is computed but never converted to Python (an INTERVAL beyond timedelta
                     # would raise OverflowError there, a traceback instead of a rejection).
-                    self._con.execute(f"SELECT ({part.sql('duckdb')}) IS NULL").fetchall()
+                    self._con.execute(f"SELECT ({part.unalias().sql('duckdb')}) IS NULL").fetchall()
                 except duckdb.Error as exc:
                     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                     raise QueryRejected(f"{context}: {part.sql('duckdb')} cannot be evaluated ({first})") from None
