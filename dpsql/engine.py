@@ -13,8 +13,11 @@ checker with a file name in it, DuckDB itself refuses to read, write, attach or 
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import duckdb
@@ -76,6 +79,7 @@ class Engine:
             self._twin.execute(f"USE {_quote(database)}.{_TWIN_SCHEMA}")
             for statement in _SANDBOX:
                 self._con.execute(statement)
+            self._watchdog = _Watchdog(self._con, policy.time_limit)
         except BaseException:
             self._con.close()
             raise
@@ -192,7 +196,7 @@ class Engine:
         with self._lock:
             self._con.execute("BEGIN TRANSACTION")
             try:
-                with _Deadline(self._con, self.time_limit):
+                with self._watchdog.running():
                     return self._fetch_exact(sql)
             except duckdb.Error:
                 raise ExecutionFailed() from None
@@ -215,36 +219,54 @@ class Engine:
 
     def close(self) -> None:
         with self._lock:
+            self._watchdog.close()
             self._con.close()
 
 
-class _Deadline:
+class _Watchdog:
     """Interrupts the connection when a query runs longer than `seconds` (DuckDB then raises InterruptException).
 
-    The guard makes the timer's interrupt and the end of the query exclusive: once the `with` block is left, no
-    interrupt is in flight, so it can never land on the ROLLBACK or on the next query.
+    One thread per engine, waiting on a condition, so a query pays no thread start. The interrupt is sent with the
+    condition held, and a query ends by clearing its deadline under the same lock: once `running` is left, no
+    interrupt for that query is in flight (and DuckDB forgets an interrupt that finds no query running).
     """
 
     def __init__(self, con: duckdb.DuckDBPyConnection, seconds: float) -> None:
         self._con = con
-        self._guard = threading.Lock()
-        self._armed = True
-        self._timer = threading.Timer(seconds, self._expire)
-        self._timer.daemon = True
+        self._seconds = seconds
+        self._changed = threading.Condition()
+        self._deadline: float | None = None  # time.monotonic() at which the running query is interrupted
+        self._closed = False
+        self._thread = threading.Thread(target=self._watch, name="dpsql-time-limit", daemon=True)
+        self._thread.start()
 
-    def _expire(self) -> None:
-        with self._guard:
-            if self._armed:
-                self._con.interrupt()
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        with self._changed:
+            self._deadline = time.monotonic() + self._seconds
+            self._changed.notify()
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._deadline = None
 
-    def __enter__(self) -> _Deadline:
-        self._timer.start()
-        return self
+    def _watch(self) -> None:
+        with self._changed:
+            while not self._closed:
+                if self._deadline is None:
+                    self._changed.wait()
+                elif time.monotonic() < self._deadline:
+                    self._changed.wait(self._deadline - time.monotonic())
+                else:
+                    self._con.interrupt()
+                    self._deadline = None
 
-    def __exit__(self, *exc: object) -> None:
-        with self._guard:
-            self._armed = False
-        self._timer.cancel()
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            self._changed.notify()
+        self._thread.join()
 
 
 def _quote(name: str) -> str:
