@@ -13,16 +13,20 @@ occurrence of either in the plan outside a `TRY(...)` is analyst code that escap
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from benchmarks.attacks.differential import Grammar, open_worlds
 from dpsql import engine
+from dpsql.errors import Error
 from dpsql.session import PrivateSession
 from tests.conftest import create_ledger, write_csv, write_policy
 
 MARKERS = ("lower(", "upper(")
+GENERATED, GENERATED_SEED = 150, 3
 L, U = "lower(s)", "upper(s)"
 QUERIES = (
     f"SELECT COUNT(*) FROM t WHERE CASE WHEN b THEN {L} IN ('a', 'b', 'c', 'd', 'e', 'f') ELSE false END",
@@ -132,3 +136,26 @@ def test_the_plan_check_sees_the_rewrites_when_they_are_on(policy: Path, monkeyp
     flagged = [escapes(plan) for plan in plans(policy)]
     assert any("operator" in reason for reasons in flagged for reason in reasons), flagged
     assert sum(bool(reasons) for reasons in flagged) >= 4, flagged
+
+
+def test_no_generated_query_plans_a_join(tmp_path: Path) -> None:
+    """The differential fuzzer's accepted queries (IN lists, CASE, shared subexpressions in every position): dpsql
+    never joins, so a join in a physical plan can only be a rewrite of analyst code such as IN to a MARK join."""
+    worlds = open_worlds(tmp_path, GENERATED_SEED, themes=())
+    grammar = Grammar(random.Random(GENERATED_SEED))
+    session = worlds.sessions["base"]
+    joins, planned = [], 0
+    try:
+        for _ in range(GENERATED):
+            sql, _expression = grammar.query()
+            try:
+                bounded = session.prepare(sql, epsilon=1.0).bounded.sql
+            except Error:
+                continue
+            planned += 1
+            joins += [sql for node in _nodes(json.loads(session.engine.physical_plan(bounded)))
+                      if "JOIN" in str(node.get("name", "")).upper()]
+    finally:
+        worlds.close()
+    assert planned >= GENERATED // 2
+    assert joins == []
