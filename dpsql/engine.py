@@ -44,7 +44,7 @@ _EXACT_CACHE = 512
 #   below the join, outside its TRY;
 # - common_subexpressions: an expression used twice in one projection (two keys, a key and an aggregated value, a
 #   CASE condition and its branch) is computed once in a projection below, outside every TRY and every CASE.
-# Both were shown to leak one row per query (benchmarks/attacks/hoisting.py); tests/test_engine_plans.py reads the
+# Both were shown to leak one row per query (benchmarks/attacks/side_channels.py); tests/test_engine_plans.py reads the
 # physical plans of bounded queries and fails if analyst code is found outside its TRY again.
 DISABLED_OPTIMIZERS = ("in_clause", "common_subexpressions")
 _STARTUP_CONFIG = {
