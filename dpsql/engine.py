@@ -13,8 +13,13 @@ checker with a file name in it, DuckDB itself refuses to read, write, attach or 
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import secrets
 import threading
+import time
+import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import duckdb
@@ -22,6 +27,7 @@ from sqlglot import exp
 
 from dpsql.errors import ExecutionFailed, PolicyError, QueryRejected
 from dpsql.fixedpoint import fixed_point
+from dpsql.lossless import canonical_select, faithful
 from dpsql.parse import DIALECT
 from dpsql.policy import ColumnType, Policy, TablePolicy
 from dpsql.rewrite import RANK, ROW_KEY, UNIT, UNIT_ROWS, prepared_table, quantized_column
@@ -31,10 +37,22 @@ _SANDBOX = (
     "SET lock_configuration = true",
 )
 _TWIN_SCHEMA = "__dp_twin"
+_EXACT_CACHE = 512
+# DuckDB optimizer rules that move analyst code out of the TRY written around it, or out of the CASE branch that
+# guards it, so that it runs on rows (or at a place) where its failure is no longer absorbed:
+# - in_clause: `e IN (c1, ..., cn)` with several constants becomes a MARK join; `e` is computed in a projection
+#   below the join, outside its TRY;
+# - common_subexpressions: an expression used twice in one projection (two keys, a key and an aggregated value, a
+#   CASE condition and its branch) is computed once in a projection below, outside every TRY and every CASE.
+# Both were shown to leak one row per query (benchmarks/attacks/side_channels.py); tests/test_engine_plans.py reads the
+# physical plans of bounded queries and fails if analyst code is found outside its TRY again.
+DISABLED_OPTIMIZERS = ("in_clause", "common_subexpressions")
 _STARTUP_CONFIG = {
     "autoinstall_known_extensions": "false",
     "autoload_known_extensions": "false",
     "allow_community_extensions": "false",
+    # Set at startup, before any query, and locked with the rest of the configuration (see _SANDBOX).
+    "disabled_optimizers": ",".join(DISABLED_OPTIMIZERS),
 }
 
 
@@ -42,10 +60,12 @@ class Engine:
     """A sandboxed in-memory DuckDB holding the policy's tables, prepared for bounded queries."""
 
     def __init__(self, policy: Policy, *, bounding_seed: int | None = None, threads: int | None = None) -> None:
+        self.time_limit = policy.time_limit
         config = dict(_STARTUP_CONFIG)
         if threads is not None:
             config["threads"] = str(threads)
         self._lock = threading.Lock()
+        self._exact: dict[str, str] = {}  # bounded SQL -> the SQL that runs it with exact columns
         self._policy_name = policy.path.name
         self._con = duckdb.connect(":memory:", config=config)
         # The salt makes the per-unit choice of rows unpredictable; a fixed one is for tests only.
@@ -61,6 +81,7 @@ class Engine:
             self._twin.execute(f"USE {_quote(database)}.{_TWIN_SCHEMA}")
             for statement in _SANDBOX:
                 self._con.execute(statement)
+            self._watchdog = _Watchdog(self._con, policy.time_limit)
         except BaseException:
             self._con.close()
             raise
@@ -148,34 +169,136 @@ class Engine:
         return "the source could not be read"
 
     def dry_run(self, sql: str) -> list[str]:
-        """Run a bounded query on the empty twin tables: type errors surface here, decided by the schema alone."""
+        """Run a bounded query on the empty twin tables: type errors surface here, decided by the schema alone.
+
+        The column types also decide, once per SQL text, how `run` fetches the columns (see `_fetch_exact`)."""
         with self._lock:
             try:
                 cursor = self._twin.execute(sql)
                 cursor.fetchall()
-                return [str(d[1]) for d in cursor.description]
+                types = [str(d[1]) for d in cursor.description]
             except duckdb.Error as exc:
                 raise QueryRejected(f"the query does not type-check: {_first_line(exc)}") from None
+            if len(self._exact) >= _EXACT_CACHE:
+                self._exact.pop(next(iter(self._exact)))
+            self._exact[sql] = canonical_select(sql, types)
+        return types
+
+    def physical_plan(self, sql: str) -> str:
+        """DuckDB's physical plan of a query on the data, as JSON, under the engine's locked configuration."""
+        with self._lock:
+            return str(self._con.execute(f"EXPLAIN (FORMAT JSON) {sql}").fetchall()[0][1])
 
     def run(self, sql: str) -> list[tuple[Any, ...]]:
         """Run a bounded query on the data. Any failure gets the same message, whatever the data.
 
         The query runs in a transaction that is always rolled back: only SELECTs built by the rewrite come here,
-        but should anything else ever slip through, it could not change the tables for later queries.
+        but should anything else ever slip through, it could not change the tables for later queries. A query
+        that runs longer than the policy's time limit is interrupted, and fails like any other.
         """
         with self._lock:
             self._con.execute("BEGIN TRANSACTION")
             try:
-                return self._con.execute(sql).fetchall()
+                with self._watchdog.running():
+                    return self._fetch_exact(sql)
             except duckdb.Error:
-                raise ExecutionFailed("the query failed while running on the data. It was charged: whether "
-                                      "it fails could depend on the data") from None
+                raise ExecutionFailed() from None
             finally:
                 self._con.execute("ROLLBACK")
 
+    def _fetch_exact(self, sql: str) -> list[tuple[Any, ...]]:
+        """The rows of `sql`, every column Python cannot hold exactly fetched as its DuckDB text (lossless.py).
+
+        Which columns is decided by their types: from the dry run (the session always dry-runs first), or else
+        from the result's description before any value is converted."""
+        exact = self._exact.get(sql)
+        if exact is not None:
+            return self._con.execute(exact).fetchall()
+        cursor = self._con.execute(sql)
+        types = [str(d[1]) for d in cursor.description or ()]
+        if all(faithful(kind) for kind in types):
+            return cursor.fetchall()
+        return self._con.execute(canonical_select(sql, types)).fetchall()
+
     def close(self) -> None:
         with self._lock:
+            self._watchdog.close()
             self._con.close()
+
+
+class _Watchdog:
+    """Interrupts the connection when a query runs longer than `seconds` (DuckDB then raises InterruptException).
+
+    One thread per engine, waiting on a condition, so a query pays no thread start. The interrupt is sent with the
+    condition held, and a query ends by clearing its deadline under the same lock: once `running` is left, no
+    interrupt for that query is in flight (and DuckDB forgets an interrupt that finds no query running). The
+    thread holds the connection only weakly and stops when the watchdog is closed, collected, or at exit: a thread
+    still waiting at exit would keep DuckDB's objects alive through interpreter shutdown.
+    """
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, seconds: float) -> None:
+        self._seconds = seconds
+        self._changed = threading.Condition()
+        self._state = _WatchState()
+        self._thread = threading.Thread(target=_watch, args=(self._changed, self._state, weakref.ref(con)),
+                                        name="dpsql-time-limit", daemon=True)
+        _THREADS[self._thread] = (self._changed, self._state)
+        self._thread.start()
+        self._stop = weakref.finalize(self, _stop, self._changed, self._state)
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        with self._changed:
+            self._state.deadline = time.monotonic() + self._seconds
+            self._changed.notify()
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._state.deadline = None
+
+    def close(self) -> None:
+        self._stop()
+        self._thread.join()
+
+
+class _WatchState:
+    deadline: float | None = None  # time.monotonic() at which the running query is interrupted
+    closed = False
+
+
+_THREADS: dict[threading.Thread, tuple[threading.Condition, _WatchState]] = {}
+
+
+def _stop(changed: threading.Condition, state: _WatchState) -> None:
+    with changed:
+        state.closed = True
+        changed.notify()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for thread, (changed, state) in list(_THREADS.items()):
+        _stop(changed, state)
+        thread.join()
+
+
+def _watch(changed: threading.Condition, state: _WatchState, con: weakref.ref) -> None:
+    try:
+        with changed:
+            while not state.closed:
+                if state.deadline is None:
+                    changed.wait()
+                elif time.monotonic() < state.deadline:
+                    changed.wait(state.deadline - time.monotonic())
+                else:
+                    connection = con()
+                    if connection is not None:
+                        connection.interrupt()
+                    del connection
+                    state.deadline = None
+    finally:
+        _THREADS.pop(threading.current_thread(), None)
 
 
 def _quote(name: str) -> str:

@@ -107,6 +107,12 @@ class ExecutionFailed(OperationalError):
     failed is itself information about the data.
     """
 
+    MESSAGE = ("the query failed while running on the data. It was charged: whether it fails could depend on the "
+               "data")
+
+    def __init__(self, message: str = MESSAGE) -> None:
+        super().__init__(message)
+
 
 __all__ = [
     "BudgetExhausted",

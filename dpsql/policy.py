@@ -132,12 +132,19 @@ class BudgetPolicy:
         return self.analysts.get(analyst, AnalystBudget(self.epsilon, self.delta))
 
 
+# Long enough for a grouped query over tens of millions of rows on a laptop; short enough that one query cannot
+# hold the engine. `[engine] time_limit_seconds` in the policy overrides it.
+DEFAULT_TIME_LIMIT = 60.0
+_MAX_TIME_LIMIT = 86_400.0
+
+
 @dataclass(frozen=True)
 class Policy:
     path: Path
     tables: dict[str, TablePolicy]
     budget: BudgetPolicy
     fingerprint: str  # sha256 of the policy file: the ledger and the answer cache are keyed by it
+    time_limit: float = DEFAULT_TIME_LIMIT  # seconds a query may run on the data before it fails ([engine])
 
     def table(self, name: str) -> TablePolicy | None:
         return self.tables.get(name.lower())
@@ -155,7 +162,7 @@ def load_policy(path: str | Path) -> Policy:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise PolicyError(f"policy {path}: not valid TOML ({exc})") from None
     reader = _Reader(path)
-    reader.keys(raw, "", {"budget", "tables"})
+    reader.keys(raw, "", {"budget", "tables", "engine"})
     tables_raw = reader.require(raw, "", "tables", dict)
     if not tables_raw:
         reader.fail("", "tables", "declare at least one table")
@@ -166,7 +173,11 @@ def load_policy(path: str | Path) -> Policy:
             reader.fail(f"table '{name}'", "name", "two tables have the same name (names are case-insensitive)")
         tables[table.name] = table
     budget = reader.budget(reader.require(raw, "", "budget", dict))
-    return Policy(path, tables, budget, hashlib.sha256(raw_bytes).hexdigest())
+    engine = reader.typed(raw.get("engine", {}), "", "engine", dict)
+    reader.keys(engine, "[engine]", {"time_limit_seconds"})
+    time_limit = reader.number(engine, "[engine]", "time_limit_seconds", default=DEFAULT_TIME_LIMIT,
+                               hi=_MAX_TIME_LIMIT)
+    return Policy(path, tables, budget, hashlib.sha256(raw_bytes).hexdigest(), time_limit)
 
 
 _TABLE_KEYS = {"source", "format", "table", "privacy_unit", "row_privacy", "max_rows_per_unit", "columns"}

@@ -19,6 +19,7 @@ from sqlglot import exp
 
 from dpsql.check import AGG_PREFIX, KEY_PREFIX, NOISY_TABLE, OUT_PREFIX, AggregateKind, CheckedQuery
 from dpsql.errors import ProgrammingError
+from dpsql.lossless import canonical_select, to_python
 from dpsql.parse import DIALECT
 from dpsql.release import ReleasedCells
 
@@ -62,9 +63,11 @@ class PostProcessor:
             casts += [f"{AGG_PREFIX}{j}_{part}" for part in ("lo", "hi", "sd")]
         try:
             self._con.execute(f"CREATE OR REPLACE TABLE {NOISY_TABLE} AS SELECT {', '.join(casts)} FROM __cells")
-            cursor = self._con.execute(_with_intervals(query).sql(DIALECT))
-            rows = cursor.fetchall()
-            types = [str(d[1]) for d in cursor.description]
+            sql = _with_intervals(query).sql(DIALECT)
+            # Output values leave exactly (lossless.py): a DATE 'infinity' key must not print as 9999-12-31.
+            types = [str(d[1]) for d in self._con.execute(f"DESCRIBE {sql}").fetchall()]
+            exact = self._con.execute(canonical_select(sql, types)).fetchall()
+            rows = [tuple(to_python(v, t) for v, t in zip(row, types, strict=True)) for row in exact]
         except duckdb.Error as exc:
             raise ProgrammingError(f"post-processing the noisy answer failed: {str(exc).splitlines()[0]}") from None
         finally:
@@ -104,7 +107,7 @@ def _project(query: CheckedQuery, columns: list[tuple[str, int]], key_types: lis
         row, interval, std = [], [], []
         for prefix, i in columns:
             if prefix == KEY_PREFIX:
-                row.append(key[i])
+                row.append(to_python(key[i], key_types[i]))
                 interval.append(None)
                 std.append(None)
             else:

@@ -18,6 +18,7 @@ import numpy as np
 
 from dpsql.check import AggregateKind
 from dpsql.confidence import fiducial_interval, gaussian_sum_half_width, laplace_sum_half_width
+from dpsql.errors import ExecutionFailed
 from dpsql.mechanisms import GaussianMechanism
 from dpsql.noise import RandomSource, uniform_permutation
 from dpsql.plan import Measurement, OutputRecipe, QueryPlan
@@ -64,6 +65,11 @@ def _cells(plan: QueryPlan, rows: Sequence[tuple[Any, ...]]) -> tuple[list[tuple
     the groups present in the data whose public parts are declared values."""
     k, n = len(plan.query.keys), len(plan.measurements)
     found = {tuple(_canonical(v) for v in row[:k]): [int(v) if v is not None else 0 for v in row[k:]] for row in rows}
+    if len(found) != len(rows):
+        # Two engine groups became one Python key: one would silently replace the other, and one row could decide
+        # which (a large group released or not). Keys leave the engine exactly (lossless.py), so this should
+        # never happen; if it does, the query fails, with the generic error the session gives every failure.
+        raise ExecutionFailed()
     if plan.domains is not None:
         keys = list(itertools.product(*plan.domains))
         exact = [found.get(key, [0] * n) for key in keys]

@@ -7,6 +7,7 @@ data is touched, so no answer (and no failure that could depend on the data) is 
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import math
 from collections.abc import Mapping, Sequence
@@ -17,7 +18,7 @@ from typing import Any
 
 from dpsql.check import check
 from dpsql.engine import Engine
-from dpsql.errors import DataError, ProgrammingError
+from dpsql.errors import DataError, ExecutionFailed, ProgrammingError
 from dpsql.ledger import BudgetLedger, Charge, Spending, exact
 from dpsql.noise import RandomSource, SecureRandom
 from dpsql.parse import parse
@@ -104,6 +105,16 @@ class PrivateSession:
         prepared = self.prepare(sql, parameters, epsilon=epsilon)
         query_plan = prepared.plan
         spending = self.ledger.charge(self.analyst, query_plan.cost, sql)
+        # Everything after the charge touched the data, so whether it fails, and how, could depend on one row: any
+        # exception (an engine error, the time limit, a conversion, two groups merging, a bug in release or
+        # post-processing) becomes the one generic error. It is raised once the exception is suppressed, so that
+        # not even its __context__ keeps the original exception, whose message might quote a value.
+        with contextlib.suppress(Exception):
+            return self._answer(prepared, spending)
+        raise ExecutionFailed()
+
+    def _answer(self, prepared: PreparedQuery, spending: Spending) -> PrivateResult:
+        query_plan = prepared.plan
         rows = self.engine.run(prepared.bounded.sql)
         cells = release(query_plan, rows, self.rng)
         final = self.post.run(query_plan.query, prepared.key_types, cells)

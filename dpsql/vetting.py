@@ -153,7 +153,9 @@ class ConstantChecker:
                 continue
             with self._lock:
                 try:
-                    self._con.execute(f"SELECT {text}").fetchall()
+                    # IS NULL: the value is computed but never converted to Python (an INTERVAL beyond timedelta
+                    # would raise OverflowError there, a traceback instead of a rejection).
+                    self._con.execute(f"SELECT ({part.unalias().sql('duckdb')}) IS NULL").fetchall()
                 except duckdb.Error as exc:
                     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                     raise QueryRejected(f"{context}: {text} cannot be evaluated ({first})") from None

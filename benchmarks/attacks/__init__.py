@@ -12,7 +12,12 @@ Attacks and checks:
 - audit (with audit_events): an empirical lower bound on epsilon from neighbouring datasets;
 - sensitivity: measurement changes between a dataset and the same without one unit (property tests);
 - ledger_faults (with ledger_worker): concurrent spenders, SIGKILLed processes, unwritable ledgers;
-- fuzz (with fuzz_grammar): generated and mutated SQL through the whole pipeline.
+- fuzz (with fuzz_grammar): generated and mutated SQL through the whole pipeline;
+- side_channels: issue 7's classes 2 (the optimizer moving analyst code out of TRY) and 4 (Python after the
+  charge: lossy conversions, merged groups), one bit of one row per query;
+- timing (class 5): one row's nested text growth against the clock, with and without the query time limit;
+- differential: generated accepted row expressions on tables that differ in one adversarial row (errors, merges,
+  per-row work).
 
 Shared parts: fixtures (datasets and policies), baseline (plain DuckDB), people (the two-world guessing game),
 sampling (the bounded SQL once, dpsql's release many times), stats (Clopper-Pearson, DP bounds), script.

@@ -24,6 +24,9 @@ from benchmarks.attacks.stats import Proportion
 
 TARGET = 0
 PEOPLE = Table("people", "pid", (column("pid", "int"), column("smoker", "bool")))
+# The same, with a copy of each person's id in an ordinary column: dpsql refuses to group by an expression of the
+# privacy unit, not by one of `tag`, so the attacks on group keys single the target out with `tag = 0`.
+TAGGED = Table("people", "pid", (*PEOPLE.columns, column("tag", "int")))
 
 
 @dataclass(frozen=True)
@@ -32,11 +35,15 @@ class Worlds:
     others_smoking: int  # how many people other than the target smoke: the attacker's background knowledge
 
 
-def write_worlds(folder: Path, people: int, seed: int, budget: Budget = DEFAULT_BUDGET) -> Worlds:
+def write_worlds(folder: Path, people: int, seed: int, budget: Budget = DEFAULT_BUDGET, tagged: bool = False) -> Worlds:
     chooser = random.Random(seed)
     others = [(pid, chooser.random() < 0.5) for pid in range(1, people)]
-    policies = tuple(write_dataset(folder / f"world{bit}", PEOPLE, [(TARGET, bool(bit)), *others], budget)
-                     for bit in (0, 1))
+    rows = [(TARGET, False), *others]
+    if tagged:
+        rows = [(pid, smoker, pid) for pid, smoker in rows]
+    policies = tuple(write_dataset(folder / f"world{bit}", TAGGED if tagged else PEOPLE,
+                                   [(TARGET, bool(bit), *row[2:]) if i == 0 else row for i, row in enumerate(rows)],
+                                   budget) for bit in (0, 1))
     return Worlds(policies, sum(smoker for _, smoker in others))
 
 
