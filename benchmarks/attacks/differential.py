@@ -243,6 +243,7 @@ class Summary:
     refused: int = 0
     findings: list[Finding] = field(default_factory=list)
     work_ratios: list[tuple[float, str, str]] = field(default_factory=list)  # (ratio, theme, sql)
+    work_absolute: list[tuple[float, str, str]] = field(default_factory=list)  # (text handled by one row, theme, sql)
     time_ratios: list[tuple[float, str, str]] = field(default_factory=list)
 
     @property
@@ -328,7 +329,9 @@ def run_case(worlds: Worlds, sql: str, expression: Expression, summary: Summary,
             summary.findings.append(Finding(sql, theme, "crash", f"{type(exc).__name__}: {exc}"))
             continue
         if theme != "base":
-            summary.work_ratios.append((text_work(session, expression) / max(base_work, 1), theme, sql))
+            work = text_work(session, expression)
+            summary.work_ratios.append((work / max(base_work, 1), theme, sql))
+            summary.work_absolute.append((float(work), theme, sql))
             if timed:
                 summary.time_ratios.append((elapsed / base_time, theme, sql))
 

@@ -1,12 +1,10 @@
 """Expressions that error on one row, found by the differential fuzzer (benchmarks/attacks/differential.py) and
 by probing around what it found, minimised: the checker must refuse each of them from the text (issue 7, the type
-and totality check, built on another branch).
+and totality check refuses them all).
 
 Each case is a query over the fuzzer's table `f` (differential.TABLE), the adversarial row theme
 (differential.ADVERSARIAL_ROWS) on which it fails, and why. tests/attacks/test_differential.py runs them: a case
-passes when the query is refused for free, or answered on that world without an error. `refused_yet` says whether
-the checker on this branch already refuses it; the cases with False are expected failures (xfail, strict) until
-the type and totality check lands: flip them then.
+passes when the query is refused for free, or answered on that world without an error.
 """
 
 from __future__ import annotations
@@ -23,25 +21,21 @@ class ExpectedRefusal:
     sql: str
     theme: str  # the adversarial row that makes it fail, or "base"
     reason: str
-    refused_yet: bool  # whether this branch's checker refuses it already
 
 
 CASES: tuple[ExpectedRefusal, ...] = (
     ExpectedRefusal("SELECT COUNT(*) FROM f WHERE s LIKE 'a' ESCAPE 'ü'", "base",
                     "a multi-byte ESCAPE raises 'Invalid escape string' per row, a SyntaxException TRY does not "
-                    "catch (benchmarks/attacks/error_oracle.py)", refused_yet=True),
-    ExpectedRefusal("SELECT COUNT(*) FROM f WHERE s LIKE 'ab%\\' ESCAPE '\\'", "largest", _ENDS_IN_ESCAPE,
-                    refused_yet=False),
-    ExpectedRefusal("SELECT COUNT(*) FROM f WHERE s ILIKE 'AB%\\' ESCAPE '\\'", "largest", _ENDS_IN_ESCAPE,
-                    refused_yet=False),
-    ExpectedRefusal("SELECT COUNT(*) FROM f WHERE s NOT LIKE 'ab%\\' ESCAPE '\\'", "largest", _ENDS_IN_ESCAPE,
-                    refused_yet=False),
+                    "catch (benchmarks/attacks/error_oracle.py)"),
+    ExpectedRefusal("SELECT COUNT(*) FROM f WHERE s LIKE 'ab%\\' ESCAPE '\\'", "largest", _ENDS_IN_ESCAPE),
+    ExpectedRefusal("SELECT COUNT(*) FROM f WHERE s ILIKE 'AB%\\' ESCAPE '\\'", "largest", _ENDS_IN_ESCAPE),
+    ExpectedRefusal("SELECT COUNT(*) FROM f WHERE s NOT LIKE 'ab%\\' ESCAPE '\\'", "largest", _ENDS_IN_ESCAPE),
     ExpectedRefusal("SELECT COUNT(CASE WHEN s LIKE 'ab%\\' ESCAPE '\\' THEN 1 END) FROM f", "largest",
-                    _ENDS_IN_ESCAPE, refused_yet=False),
+                    _ENDS_IN_ESCAPE),
     ExpectedRefusal("SELECT s LIKE 'ab%\\' ESCAPE '\\' AS k, COUNT(*) FROM f GROUP BY k", "largest",
-                    _ENDS_IN_ESCAPE, refused_yet=False),
+                    _ENDS_IN_ESCAPE),
     ExpectedRefusal("SELECT COUNT(*) FROM f WHERE CASE WHEN i = 9223372036854775807 THEN s LIKE 'a\\' ESCAPE '\\' "
-                    "ELSE false END", "largest", _ENDS_IN_ESCAPE + " (a CASE picks the one row)", refused_yet=False),
+                    "ELSE false END", "largest", _ENDS_IN_ESCAPE + " (a CASE picks the one row)"),
     ExpectedRefusal("SELECT COUNT(*) FROM f WHERE s LIKE '%#' ESCAPE '#'", "base",
-                    _ENDS_IN_ESCAPE + " (every row reaches it after a leading %)", refused_yet=False),
+                    _ENDS_IN_ESCAPE + " (every row reaches it after a leading %)"),
 )
