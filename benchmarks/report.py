@@ -197,7 +197,9 @@ class Summary:
         rows = []
         how = {DPSQL: "ε for the query, split across its measurements (count and midpoint-normalised sums shared)",
                "smartnoise": "ε / k, k = epsilons its odometer (get_privacy_cost) charges per query at ε = 1",
-               "opendp": "ε as the query's privacy_loss (split over its aggregates); cost = the measurement's map"}
+               "opendp": "ε as the query's privacy_loss (split over its aggregates); cost = the measurement's map",
+               "tumult": "ε / k over its k one-aggregate queries (AVG = SUM/COUNT, STDDEV = √VAR); cost = the sum of "
+                         "the compiled measurements' privacy functions"}
         for system in (DPSQL, *(p.name for p in PEERS)):
             costs = [c for c in self.costs if c.system == system]
             if not costs:
