@@ -102,7 +102,8 @@ class Summary:
                 "(the two alternate in one process); a peer's ×DuckDB and dpsql's speed-up over it divide medians "
                 "of the same benchmark run. Load time is separate. Peak memory: the peak resident set size "
                 "(`resource.getrusage(...).ru_maxrss`) of a fresh process per system and size, after loading and "
-                "querying (dpsql's is read before plain DuckDB loads its copy in the paired process).", "",
+                "querying (dpsql's is read before plain DuckDB loads its copy in the paired process; Tumult's is "
+                "its Python driver's plus Spark's JVM's).", "",
                 *_table(["rows", "system", "median ms", "× DuckDB", "dpsql speed-up", "load s", "peak RSS MiB",
                          "runs"], rows)]
 
