@@ -98,7 +98,7 @@ def _options(command: Callable) -> Callable:
     command = click.option("--quick", is_flag=True, help="A tiny configuration that runs in under a minute.")(command)
     command = click.option("--out", type=click.Path(path_type=Path), default=None,
                            help="Output folder [default: benchmarks/results, or benchmarks/results/quick].")(command)
-    command = click.option("--peers/--no-peers", default=True, help="Run SmartNoise SQL and OpenDP if set up.")(command)
+    command = click.option("--peers/--no-peers", default=True, help="Run the peers that are set up.")(command)
     return click.option("--data-dir", type=click.Path(path_type=Path), default=DATA_DIR, show_default=True,
                         help="Where generated data is cached.")(command)
 
@@ -175,7 +175,7 @@ def _command(name: str, parts: tuple[Callable[[Run], None], ...], help_text: str
 
 
 _command("accuracy", (do_accuracy,), "Accuracy versus epsilon on PUMS and the synthetic visits table.")
-_command("speed", (do_speed,), "The grouped query at 1M and 10M rows: DuckDB, dpsql, SmartNoise, OpenDP.")
+_command("speed", (do_speed,), "The grouped query at 1M and 10M rows: DuckDB, dpsql, SmartNoise, OpenDP, Tumult.")
 _command("overhead", (do_overhead,), "dpsql's per-query overhead on a tiny table, stage by stage.")
 _command("all", (do_overhead, do_speed, do_accuracy), "Overhead, speed and accuracy, then the summary and plots.")
 

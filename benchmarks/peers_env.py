@@ -132,7 +132,10 @@ def _last_line(text: str) -> str:
 SMARTNOISE = Peer("smartnoise", "SmartNoise SQL", ("smartnoise-sql==1.0.10", "pyarrow==26.0.1"), "snsql, pyarrow")
 OPENDP = Peer("opendp", "OpenDP Polars", ("opendp[polars]==0.16.0",), "opendp, polars",
               frozenset({Kind.COUNT, Kind.SUM, Kind.AVG}), "OpenDP's Polars API has no VAR or STDDEV aggregate")
-PEERS = (SMARTNOISE, OPENDP)
+# Tumult Analytics runs on PySpark, which needs Java 17 on the PATH (or JAVA_HOME); pip installs PySpark itself.
+TUMULT = Peer("tumult", "Tumult Analytics", ("tmlt.analytics==0.21.0", "tmlt.core==0.19.1", "pyspark==3.5.9"),
+              "tmlt.analytics, pyspark")
+PEERS = (SMARTNOISE, OPENDP, TUMULT)
 
 
 def by_name(names: list[str]) -> tuple[Peer, ...]:

@@ -15,7 +15,7 @@ from benchmarks.speed import SpeedPoint
 from benchmarks.stats import THEORY, CellStat, common_medians
 
 _STYLE = {DPSQL: ("tab:blue", "o"), "smartnoise": ("tab:red", "s"), "opendp": ("tab:green", "^"),
-          "duckdb": ("tab:gray", "D")}
+          "tumult": ("tab:purple", "v"), "duckdb": ("tab:gray", "D")}
 
 
 def write_plots(out: Path) -> str:

@@ -102,7 +102,8 @@ class Summary:
                 "(the two alternate in one process); a peer's ×DuckDB and dpsql's speed-up over it divide medians "
                 "of the same benchmark run. Load time is separate. Peak memory: the peak resident set size "
                 "(`resource.getrusage(...).ru_maxrss`) of a fresh process per system and size, after loading and "
-                "querying (dpsql's is read before plain DuckDB loads its copy in the paired process).", "",
+                "querying (dpsql's is read before plain DuckDB loads its copy in the paired process; Tumult's is "
+                "its Python driver's plus Spark's JVM's).", "",
                 *_table(["rows", "system", "median ms", "× DuckDB", "dpsql speed-up", "load s", "peak RSS MiB",
                          "runs"], rows)]
 
@@ -197,7 +198,9 @@ class Summary:
         rows = []
         how = {DPSQL: "ε for the query, split across its measurements (count and midpoint-normalised sums shared)",
                "smartnoise": "ε / k, k = epsilons its odometer (get_privacy_cost) charges per query at ε = 1",
-               "opendp": "ε as the query's privacy_loss (split over its aggregates); cost = the measurement's map"}
+               "opendp": "ε as the query's privacy_loss (split over its aggregates); cost = the measurement's map",
+               "tumult": "ε / k over its k one-aggregate queries (AVG = SUM/COUNT, STDDEV = √VAR); cost = the sum of "
+                         "the compiled measurements' privacy functions"}
         for system in (DPSQL, *(p.name for p in PEERS)):
             costs = [c for c in self.costs if c.system == system]
             if not costs:

@@ -19,7 +19,7 @@ from typing import Any
 
 from benchmarks.config import SpeedConfig
 from benchmarks.datasets import Dataset, visits
-from benchmarks.peers_env import OPENDP, Peer, PeerUnavailable, run_job
+from benchmarks.peers_env import Peer, PeerUnavailable, run_job
 from benchmarks.records import DPSQL, DUCKDB, Skipped
 from benchmarks.workload import SPEED_QUERY, Dialect
 
@@ -108,9 +108,8 @@ def _peer(peer: Peer, dataset: Dataset, config: SpeedConfig, dpsql_median: float
             result.skipped.append(Skipped("speed", peer.name, what, f"estimated {estimate:.0f} s from its time at "
                                           f"{done_rows} rows, over the {config.peer_budget_s:.0f} s budget"))
             return
-    query = {"sql": SPEED_QUERY.sql(dataset.smartnoise_table, Dialect.SMARTNOISE)} if peer is not OPENDP else \
-        {"query": SPEED_QUERY.spec()}
-    job = {"mode": "speed", "dataset": dataset.peer_spec(), "epsilon": EPSILON, "reps": config.peer_reps, **query}
+    job = {"mode": "speed", "dataset": dataset.peer_spec(), "epsilon": EPSILON, "reps": config.peer_reps,
+           "sql": SPEED_QUERY.sql(dataset.smartnoise_table, Dialect.SMARTNOISE), "query": SPEED_QUERY.spec()}
     records: list[dict[str, Any]] = []
     try:
         peer.run(job, records.append, timeout=config.peer_timeout_s)
