@@ -136,10 +136,18 @@ class ConstantChecker:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._evaluates: set[str] = set()
-        self._con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": "false",
-                                                       "autoload_known_extensions": "false"})
-        self._con.execute("SET enable_external_access = false")
-        self._con.execute("SET lock_configuration = true")
+        self._opened: duckdb.DuckDBPyConnection | None = None  # opened on first use: importing dpsql opens nothing
+
+    @property
+    def _con(self) -> duckdb.DuckDBPyConnection:
+        """The sandbox; call with the lock held."""
+        if self._opened is None:
+            con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": "false",
+                                                     "autoload_known_extensions": "false"})
+            con.execute("SET enable_external_access = false")
+            con.execute("SET lock_configuration = true")
+            self._opened = con
+        return self._opened
 
     def evaluate(self, select: str) -> list[tuple]:
         """The rows of a SELECT over constants only, computed in the same empty sandbox."""

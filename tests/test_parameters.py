@@ -198,3 +198,12 @@ def test_importing_and_parsing_leave_the_hosts_sqlglot_logging_alone(caplog) -> 
         assert not caplog.records  # dpsql's own parse: quiet
         sqlglot.parse_one("LOAD httpfs", read="duckdb")  # the host's: its warning still arrives
         assert caplog.records
+
+
+def test_importing_dpsql_opens_no_duckdb_connection() -> None:
+    import subprocess
+    import sys
+
+    probe = "import dpsql, dpsql.check as c; print(c._CONSTANTS._opened is None)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "True"
