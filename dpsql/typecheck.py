@@ -35,6 +35,7 @@ from sqlglot import exp
 
 from dpsql.errors import QueryRejected
 from dpsql.policy import MAX_TEXT_LENGTH, ColumnPolicy, ColumnType
+from dpsql.vetting import describe
 
 # MAX_TEXT_LENGTH (policy.py) also bounds every text value an expression computes.
 # Units of work one row may cost: about one per character touched, measured at about 2 ns each (LIKE on text of
@@ -151,13 +152,13 @@ class TypeChecker:
     def infer(self, node: exp.Expression) -> Typed:
         rule = _RULES.get(type(node))
         if rule is None:
-            raise self.refuse(f"{_name(node)} has no type rule (it is not in the list of vetted SQL)")
+            raise self.refuse(f"{describe(node)} has no type rule (it is not in the list of vetted SQL)")
         typed = rule(self, node)
         if typed.kind is Kind.TEXT and typed.length > MAX_TEXT_LENGTH:
-            raise self.refuse(f"{_name(node)} can produce text of up to {typed.length} characters (limit "
+            raise self.refuse(f"{describe(node)} can produce text of up to {typed.length} characters (limit "
                               f"{MAX_TEXT_LENGTH}): one row could cost far more than another")
         if typed.cost > MAX_ROW_COST:
-            raise self.refuse(f"{_name(node)} may cost up to {typed.cost} units of work on one row (limit "
+            raise self.refuse(f"{describe(node)} may cost up to {typed.cost} units of work on one row (limit "
                               f"{MAX_ROW_COST}): one row could cost far more than another")
         return typed
 
@@ -329,7 +330,7 @@ class TypeChecker:
     # -- functions --------------------------------------------------------------------------------------------
     def numeric_function(self, node: exp.Expression) -> Typed:
         """abs, sign, floor, ceil, round: the kind DuckDB gives (sign: TINYINT; floor and ceil: DOUBLE)."""
-        value = self.expect(self.infer(node.this), NUMERIC, _name(node))
+        value = self.expect(self.infer(node.this), NUMERIC, describe(node))
         extra = {k: v for k, v in node.args.items() if k != "this" and v is not None}
         if isinstance(node, exp.Sign):
             return _int(exp.Sign(this=value.node), -1, 1, "TINYINT", value.cost + 1)
@@ -345,7 +346,7 @@ class TypeChecker:
             return Typed(Kind.DOUBLE, exp.Round(this=_double(value), decimals=decimals and decimals.copy()),
                          cost=value.cost + 1)
         if extra:
-            raise self.refuse(f"{_name(node)} takes one argument here")
+            raise self.refuse(f"{describe(node)} takes one argument here")
         if isinstance(node, exp.Abs) and value.kind is Kind.INT:
             lo = 0 if value.lo <= 0 <= value.hi else min(abs(value.lo), abs(value.hi))
             return self.widened(exp.Abs, [value], lo, max(abs(value.lo), abs(value.hi)), value.cost + 1)
@@ -357,12 +358,12 @@ class TypeChecker:
     def double_function(self, node: exp.Expression) -> Typed:
         """sqrt, ln, exp: NaN or +/-inf out of their domain, never an error."""
         if any(v is not None for k, v in node.args.items() if k != "this"):
-            raise self.refuse(f"{_name(node)} takes one argument here")
-        value = self.expect(self.infer(node.this), NUMERIC, _name(node))
+            raise self.refuse(f"{describe(node)} takes one argument here")
+        value = self.expect(self.infer(node.this), NUMERIC, describe(node))
         return Typed(Kind.DOUBLE, node.__class__(this=_double(value)), cost=value.cost + 1)
 
     def case_change(self, node: exp.Expression) -> Typed:
-        value = self.as_text(self.infer(node.this), _name(node))
+        value = self.as_text(self.infer(node.this), describe(node))
         # DuckDB maps case code point by code point: the length (in code points, as everywhere here) is kept.
         return Typed(Kind.TEXT, node.__class__(this=value.node), length=value.length,
                      cost=value.cost + value.length)
@@ -383,9 +384,9 @@ class TypeChecker:
         return Typed(Kind.TEXT, rebuilt, length=value.length, cost=value.cost + value.length)
 
     def left_right(self, node: exp.Expression) -> Typed:
-        value = self.expect(self.infer(node.this), (Kind.TEXT,), _name(node))
+        value = self.expect(self.infer(node.this), (Kind.TEXT,), describe(node))
         count = self.infer(node.expression)
-        self.expect(count, (Kind.INT,), f"the count of {_name(node)}")
+        self.expect(count, (Kind.INT,), f"the count of {describe(node)}")
         # DuckDB fails on a count beyond 2^32; a count beyond the text's maximum length means the same as that
         # length, so it is clamped there.
         limit = value.length + 1
@@ -437,8 +438,8 @@ class TypeChecker:
         """starts_with and strpos (two texts)."""
         second = node.expression if isinstance(node, exp.StartsWith) else node.args.get("substr")
         if any(node.args.get(k) is not None for k in ("position", "occurrence", "instance")):
-            raise self.refuse(f"{_name(node)} takes two arguments here")
-        value, search = [self.expect(t, (Kind.TEXT,), _name(node)) for t in self.children(node.this, second)]
+            raise self.refuse(f"{describe(node)} takes two arguments here")
+        value, search = [self.expect(t, (Kind.TEXT,), describe(node)) for t in self.children(node.this, second)]
         cost = value.cost + search.cost + value.length + search.length  # measured linear in DuckDB
         if isinstance(node, exp.StartsWith):
             return Typed(Kind.BOOL, exp.StartsWith(this=value.node, expression=search.node), cost=cost)
@@ -446,9 +447,9 @@ class TypeChecker:
 
     # -- dates ------------------------------------------------------------------------------------------------
     def date_function(self, node: exp.Expression) -> Typed:
-        value = self.expect(self.infer(node.this), (Kind.DATE, Kind.TIMESTAMP), _name(node))
+        value = self.expect(self.infer(node.this), (Kind.DATE, Kind.TIMESTAMP), describe(node))
         if any(v is not None for k, v in node.args.items() if k != "this"):
-            raise self.refuse(f"{_name(node)} takes one argument here")
+            raise self.refuse(f"{describe(node)} takes one argument here")
         if isinstance(node, exp.Week):
             return _int(_date_guarded(lambda arg: node.__class__(this=arg), value), -(2**31), 2**31, "BIGINT",
                         _guarded_cost(value))
@@ -729,14 +730,6 @@ def _sql(node: exp.Expression) -> str:
     def plain(part: exp.Expression) -> exp.Expression:
         return exp.column(part.name) if isinstance(part, exp.Column) else part
     return node.copy().transform(plain, copy=False).sql("duckdb")
-
-
-def _name(node: exp.Expression) -> str:
-    if isinstance(node, exp.Anonymous):
-        return f"function {node.name.lower()}()"
-    if isinstance(node, exp.Func):
-        return f"{node.sql_name().lower()}()"
-    return type(node).__name__.lower()
 
 
 _COLUMN_KINDS = {ColumnType.INT: Kind.INT, ColumnType.FLOAT: Kind.DOUBLE, ColumnType.TEXT: Kind.TEXT,
