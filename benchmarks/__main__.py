@@ -133,7 +133,7 @@ def do_accuracy(run: Run) -> None:
     write_csv(run.out / "accuracy_best_peer.csv", best_peer_ratios(cell_ratios), CellRatio)
     write_csv(run.out / "skipped_accuracy.csv", run.skipped("accuracy") + result.skipped, Skipped)
     run.info("accuracy", started, datasets={d.name: d.rows for d, _ in workloads},
-             dpsql_method="bounded SQL once per query and epsilon, then dpsql.release.release() once per run",
+             dpsql_method="bounded SQL once per query and epsilon, then dpsql.release.cells.release() once per run",
              **asdict(config))
 
 

@@ -23,8 +23,8 @@ from benchmarks.peers_env import Peer, PeerUnavailable
 from benchmarks.records import DPSQL, Cost, Observation, Skipped, Truth
 from benchmarks.truth import RawTruth, bounded_truth, group_label
 from benchmarks.workload import Dialect, Query
-from dpsql.noise import InsecureSeededRandomForTests
-from dpsql.release import release
+from dpsql.dp.noise import InsecureSeededRandomForTests
+from dpsql.release.cells import release
 from dpsql.session import PrivateSession
 
 Advance = Callable[[int], None]

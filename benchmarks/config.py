@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Seeds dpsql's noise in accuracy runs only (dpsql.noise.InsecureSeededRandomForTests), so that a rerun draws the
+# Seeds dpsql's noise in accuracy runs only (dpsql.dp.noise.InsecureSeededRandomForTests), so that a rerun draws the
 # same noise. Speed and overhead runs use dpsql's default SecureRandom, as production does. The peers draw their
 # own (unseeded) noise.
 ACCURACY_SEED = 20261121

@@ -21,12 +21,12 @@ from typing import Any
 
 from benchmarks.datasets import pums
 from benchmarks.workload import Query, basic_aggregates
-from dpsql.check import check
-from dpsql.parse import parse
-from dpsql.plan import plan
-from dpsql.release import release
-from dpsql.rewrite import rewrite
+from dpsql.analysis.check import check
+from dpsql.planning.plan import plan
+from dpsql.release.cells import release
+from dpsql.rewrite.passes import rewrite
 from dpsql.session import PrivateSession
+from dpsql.sql.parse import parse
 
 EPSILON = 1.0
 # The same shape as the speed benchmark's query, on PUMS: GROUP BY a public column, COUNT/SUM/AVG.

@@ -17,10 +17,10 @@ import numpy as np
 
 from benchmarks.datasets import Dataset, source_sql
 from benchmarks.workload import Aggregate, Kind, Query
-from dpsql.mechanisms import LaplaceMechanism
-from dpsql.noise import RandomSource
-from dpsql.plan import QueryPlan
-from dpsql.release import ReleasedCells, release
+from dpsql.dp.mechanisms import LaplaceMechanism
+from dpsql.dp.noise import RandomSource
+from dpsql.planning.plan import QueryPlan
+from dpsql.release.cells import ReleasedCells, release
 
 
 def group_label(key: object) -> str:

@@ -5,7 +5,24 @@ that each answer spends. See README.md. The public API is the DB-API 2.0 module 
 PEP 249 names below), `PrivateSession` for direct use, and `load_policy`.
 """
 
-from dpsql.dbapi import (
+from dpsql.errors import (
+    BudgetExhausted,
+    DatabaseError,
+    DataError,
+    Error,
+    ExecutionFailed,
+    IntegrityError,
+    InterfaceError,
+    InternalError,
+    LedgerError,
+    NotSupportedError,
+    OperationalError,
+    PolicyError,
+    ProgrammingError,
+    QueryRejected,
+    Warning,
+)
+from dpsql.frontends.dbapi import (
     BINARY,
     DATETIME,
     NUMBER,
@@ -24,23 +41,6 @@ from dpsql.dbapi import (
     connect,
     paramstyle,
     threadsafety,
-)
-from dpsql.errors import (
-    BudgetExhausted,
-    DatabaseError,
-    DataError,
-    Error,
-    ExecutionFailed,
-    IntegrityError,
-    InterfaceError,
-    InternalError,
-    LedgerError,
-    NotSupportedError,
-    OperationalError,
-    PolicyError,
-    ProgrammingError,
-    QueryRejected,
-    Warning,
 )
 from dpsql.policy import Policy, load_policy
 from dpsql.session import PrivateResult, PrivateSession

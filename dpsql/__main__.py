@@ -1,5 +1,5 @@
 """`python -m dpsql` is the `dpsql` command."""
 
-from dpsql.cli import main
+from dpsql.frontends.cli import main
 
 main()

@@ -16,7 +16,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from dpsql.bounds import Interval
+from dpsql.analysis.bounds import Interval
 from dpsql.errors import PolicyError
 
 
@@ -48,7 +48,7 @@ _DUCKDB_TYPES = {
 
 
 # A modest default: every text value is at most this long once loaded, so the checker can bound the work one row
-# costs (dpsql/typecheck.py). A steward with longer free text declares max_length (up to MAX_TEXT_LENGTH).
+# costs (dpsql/analysis/typecheck.py). A steward with longer free text declares max_length (up to MAX_TEXT_LENGTH).
 DEFAULT_MAX_LENGTH = 1000
 MAX_TEXT_LENGTH = 100_000
 

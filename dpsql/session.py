@@ -16,17 +16,17 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from dpsql.check import check
-from dpsql.engine import Engine
+from dpsql.analysis.check import check
+from dpsql.dp.noise import RandomSource, SecureRandom
+from dpsql.engines.duckdb_engine import Engine
 from dpsql.errors import DataError, ExecutionFailed, ProgrammingError
-from dpsql.ledger import BudgetLedger, Charge, Spending, exact
-from dpsql.noise import RandomSource, SecureRandom
-from dpsql.parse import parse
-from dpsql.plan import Budget, Cost, QueryPlan, plan
+from dpsql.planning.plan import Budget, Cost, QueryPlan, plan
 from dpsql.policy import MechanismKind, Policy, load_policy
-from dpsql.postprocess import PostProcessor
-from dpsql.release import release
-from dpsql.rewrite import BoundedQuery, rewrite
+from dpsql.release.cells import release
+from dpsql.release.postprocess import PostProcessor
+from dpsql.rewrite.passes import BoundedQuery, rewrite
+from dpsql.sql.parse import parse
+from dpsql.store.ledger import BudgetLedger, Charge, Spending, exact
 
 _PREPARED_CACHE = 256
 _MIN_EPSILON = 1e-9  # below this the noise scale of a sum overflows a float, and answers are pure noise anyway

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from dpsql.ledger import BudgetLedger
-from dpsql.noise import InsecureSeededRandomForTests
+from dpsql.dp.noise import InsecureSeededRandomForTests
 from dpsql.policy import load_policy
 from dpsql.session import PrivateSession
+from dpsql.store.ledger import BudgetLedger
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_data"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import mpmath
 
-from dpsql.mechanisms import GaussianMechanism, LaplaceMechanism, Mechanism
+from dpsql.dp.mechanisms import GaussianMechanism, LaplaceMechanism, Mechanism
 
 mpmath.mp.dps = 60
 _NEGLIGIBLE = mpmath.mpf(10) ** -45

@@ -13,9 +13,9 @@ import mpmath
 import pytest
 
 from dpsql.errors import BudgetExhausted, LedgerError
-from dpsql.explain import explain
-from dpsql.ledger import epsilon_of_rho, rho_budget
+from dpsql.frontends.explain import explain
 from dpsql.session import PrivateSession
+from dpsql.store.ledger import epsilon_of_rho, rho_budget
 from tests.conftest import create_ledger, seeded, write_csv, write_policy
 
 COUNT = "SELECT COUNT(*) FROM t"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dpsql import cli
+from dpsql.frontends import cli
 from tests.conftest import create_ledger, write_csv, write_policy
 
 GROUPED = "SELECT region, COUNT(*) AS visits, AVG(cost) AS avg_cost FROM visits GROUP BY region"

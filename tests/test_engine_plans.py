@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from benchmarks.attacks.differential import Grammar, open_worlds
-from dpsql import engine
+from dpsql.engines import duckdb_engine as engine
 from dpsql.errors import Error
 from dpsql.session import PrivateSession
 from tests.conftest import create_ledger, write_csv, write_policy

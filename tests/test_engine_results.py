@@ -1,7 +1,7 @@
 """Issue 7, classes 4 and 5: results leave the engine exactly, and every failure after the charge is the generic one.
 
 - Keys of types Python cannot hold exactly (DATE and TIMESTAMP infinities and the extreme finite values that
-  collide with them, INTERVALs beyond `timedelta`) leave DuckDB as its own text (dpsql/lossless.py): every engine
+  collide with them, INTERVALs beyond `timedelta`) leave DuckDB as its own text (dpsql/sql/lossless.py): every engine
   group stays a group, and nothing raises while converting.
 - Two engine groups that became one Python key anyway fail the query, with the generic error.
 - Any exception after the charge, of any type, is the generic ExecutionFailed, charged, with nothing of the
@@ -17,11 +17,12 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from dpsql import lossless, release
 from dpsql import session as session_module
 from dpsql.errors import ExecutionFailed, PolicyError, QueryRejected
 from dpsql.policy import DEFAULT_TIME_LIMIT, load_policy
+from dpsql.release import cells as release
 from dpsql.session import PrivateSession
+from dpsql.sql import lossless
 from tests.conftest import seeded, write_csv, write_policy
 
 DATES = ("infinity", "9999-12-31", "-infinity", "0001-01-01", "10000-01-01", "2024-02-29")

@@ -9,9 +9,9 @@ from pathlib import Path
 import mpmath
 import pytest
 
-from dpsql.mechanisms import GaussianMechanism, LaplaceMechanism
-from dpsql.plan import _TAIL_MARGIN, _threshold
-from dpsql.release import release
+from dpsql.dp.mechanisms import GaussianMechanism, LaplaceMechanism
+from dpsql.planning.plan import _TAIL_MARGIN, _threshold
+from dpsql.release.cells import release
 from dpsql.session import PrivateSession
 from tests.conftest import seeded, write_csv, write_policy
 from tests.exact_tails import gaussian_tail, worst_release

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpsql import noise
-from dpsql.mechanisms import LaplaceMechanism
-from dpsql.noise import SecureRandom, discrete_gaussian, discrete_laplace
-from dpsql.release import release
+from dpsql.dp import noise
+from dpsql.dp.mechanisms import LaplaceMechanism
+from dpsql.dp.noise import SecureRandom, discrete_gaussian, discrete_laplace
+from dpsql.release.cells import release
 from dpsql.session import PrivateSession
 from tests.conftest import seeded
 

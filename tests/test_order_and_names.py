@@ -14,9 +14,9 @@ import duckdb
 import pytest
 from sqlglot import exp
 
-from dpsql.check import AGG_PREFIX, KEY_PREFIX, NOISY_TABLE, OUT_PREFIX, check
-from dpsql.parse import parse
+from dpsql.analysis.check import AGG_PREFIX, KEY_PREFIX, NOISY_TABLE, OUT_PREFIX, check
 from dpsql.policy import load_policy
+from dpsql.sql.parse import parse
 
 ORDERED: list[tuple[str, Callable[[tuple], tuple]]] = [
     ("SELECT educ, COUNT(*) AS n FROM pums GROUP BY educ ORDER BY educ % 3, educ", lambda r: (r[0] % 3, r[0])),

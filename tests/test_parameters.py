@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import dpsql
 from dpsql.errors import DataError
-from dpsql.parse import parse
+from dpsql.sql.parse import parse
 
 from .conftest import seeded
 
@@ -204,6 +204,6 @@ def test_importing_dpsql_opens_no_duckdb_connection() -> None:
     import subprocess
     import sys
 
-    probe = "import dpsql, dpsql.check as c; print(c._CONSTANTS._opened is None)"
+    probe = "import dpsql, dpsql.analysis.check as c; print(c._CONSTANTS._opened is None)"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "True"

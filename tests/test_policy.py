@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from dpsql.engine import Engine
+from dpsql.engines.duckdb_engine import Engine
 from dpsql.errors import PolicyError
+from dpsql.frontends.skeleton import skeleton
 from dpsql.policy import DEFAULT_MAX_LENGTH, ColumnType, load_policy
-from dpsql.rewrite import prepared_table
-from dpsql.skeleton import skeleton
+from dpsql.rewrite.passes import prepared_table
 from tests.conftest import write_csv, write_policy
 
 
@@ -111,7 +111,7 @@ def test_a_declared_column_missing_from_the_data_fails_at_load(tmp_path, data) -
 
 
 def test_text_is_cut_to_its_max_length_when_loaded(tmp_path) -> None:
-    """The checker's per-row cost bound relies on it (dpsql/typecheck.py); the default is modest."""
+    """The checker's per-row cost bound relies on it (dpsql/analysis/typecheck.py); the default is modest."""
     write_csv(tmp_path / "people.csv", ["pid", "age", "city"], [(1, 30, "ü" * 5000), (2, 40, "abcdef")])
     columns = {"pid": {"type": "int"}, "age": {"type": "int"}, "city": {"type": "text", "max_length": 4}}
     policy = load_policy(write_policy(tmp_path / "p.toml", {"people": people(columns=columns)}))

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from dpsql.check import check
+from dpsql.analysis.check import check
 from dpsql.errors import BudgetExhausted, DataError, Error, ProgrammingError, QueryRejected
-from dpsql.parse import parse
 from dpsql.policy import load_policy
 from dpsql.session import PrivateSession
+from dpsql.sql.parse import parse
 from tests.conftest import seeded, write_csv, write_policy
 
 REJECTED = [

@@ -15,13 +15,13 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dpsql.check import check
-from dpsql.engine import Engine
-from dpsql.explain import explain
-from dpsql.parse import parse
-from dpsql.plan import Budget, plan
+from dpsql.analysis.check import check
+from dpsql.engines.duckdb_engine import Engine
+from dpsql.frontends.explain import explain
+from dpsql.planning.plan import Budget, plan
 from dpsql.policy import Accounting, MechanismKind, load_policy
-from dpsql.rewrite import rewrite
+from dpsql.rewrite.passes import rewrite
+from dpsql.sql.parse import parse
 from tests.conftest import write_csv, write_policy
 
 QUERIES = [

@@ -29,7 +29,8 @@ TRIGGERS = [
     "SELECT AVG(y * 9223372036854) FROM t",
 ]
 
-# Triggers whose operation has no total form: refused from the text (dpsql/typecheck.py), the same in both worlds.
+# Triggers whose operation has no total form: refused from the text (dpsql/analysis/typecheck.py), the same in both
+# worlds.
 REFUSED_TRIGGERS = [
     "SELECT COUNT(*) FROM t WHERE 10 // (x - 5) > 0",  # integer division by zero
     "SELECT COUNT(*) FROM t WHERE 10 % (x - 5) = 0",

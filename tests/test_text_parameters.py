@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from dpsql.check import check
+from dpsql.analysis.check import check
 from dpsql.errors import DataError
-from dpsql.parse import TextParameter, parse
 from dpsql.policy import load_policy
+from dpsql.sql.parse import TextParameter, parse
 from tests.conftest import write_policy
 
 _COLUMNS = {"person": {"type": "int"}, "age": {"type": "int", "lower": 0, "upper": 100},

@@ -1,7 +1,7 @@
 """The type checker's signatures are total: evaluated by DuckDB over a grid of adversarial values, no error.
 
-Each template below is typed by dpsql/typecheck.py over a table with two columns of each kind; an accepted one is
-run in its total form, without TRY, over every combination of adversarial values of the columns it reads (NULL,
+Each template below is typed by dpsql/analysis/typecheck.py over a table with two columns of each kind; an accepted
+one is run in its total form, without TRY, over every combination of adversarial values of the columns it reads (NULL,
 NaN, +/-inf, the extreme integers, empty, long and non-numeric text, infinite and extreme dates). An error fails
 the test: the signature is not total. Every type rule of the checker must be exercised here, so a rule added
 without a grid entry fails too. The raw forms of some templates do fail on the same grid, which shows the grid
@@ -18,10 +18,10 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
+from dpsql.analysis.typecheck import _RULES, EXTRACT_PARTS, MAX_ROW_COST, TRUNC_PARTS, Kind, typed_expression
+from dpsql.analysis.vetting import ConstantChecker
 from dpsql.errors import QueryRejected
 from dpsql.policy import DEFAULT_MAX_LENGTH, ColumnPolicy, ColumnType
-from dpsql.typecheck import _RULES, EXTRACT_PARTS, MAX_ROW_COST, TRUNC_PARTS, Kind, typed_expression
-from dpsql.vetting import ConstantChecker
 
 INTS = ["NULL", "0", "1", "-1", "2", "7", "1000", str(2**31 - 1), str(-(2**31)), str(2**63 - 1), str(-(2**63))]
 DOUBLES = ["NULL", "0.0", "-0.0", "1.5", "-2.5", "1e308", "-1e308", "5e-324", "'inf'", "'-inf'", "'nan'",

@@ -32,9 +32,9 @@ from benchmarks.attacks.fixtures import DEFAULT_BUDGET, GAUSSIAN, Budget, Table,
 from benchmarks.attacks.sampling import Measured, Release, measure, sample_releases
 from benchmarks.attacks.script import options, scratch
 from benchmarks.attacks.stats import same_distribution_pvalue, zcdp_epsilon
-from dpsql.mechanisms import GaussianMechanism, LaplaceMechanism
-from dpsql.noise import InsecureSeededRandomForTests
-from dpsql.plan import QueryPlan
+from dpsql.dp.mechanisms import GaussianMechanism, LaplaceMechanism
+from dpsql.dp.noise import InsecureSeededRandomForTests
+from dpsql.planning.plan import QueryPlan
 
 EPSILON = 1.0  # of every audited query
 GAUSSIAN_DELTA = 0.01

@@ -21,8 +21,8 @@ from benchmarks.attacks.people import Worlds, balanced_game, write_worlds
 from benchmarks.attacks.sampling import Measured, measure, scalar_outputs
 from benchmarks.attacks.script import options, scratch
 from benchmarks.attacks.stats import Proportion, success_bound
+from dpsql.dp.noise import InsecureSeededRandomForTests
 from dpsql.errors import BudgetExhausted
-from dpsql.noise import InsecureSeededRandomForTests
 
 SMOKERS = "SELECT COUNT(*) FROM people WHERE smoker"
 

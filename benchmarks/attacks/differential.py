@@ -31,9 +31,9 @@ from sqlglot import exp
 from benchmarks.attacks.fixtures import Budget, Table, column, open_session, write_dataset
 from benchmarks.attacks.script import options, scratch
 from dpsql.errors import Error, ExecutionFailed
-from dpsql.parse import DIALECT
-from dpsql.release import release
+from dpsql.release.cells import release
 from dpsql.session import PreparedQuery, PrivateSession
+from dpsql.sql.parse import DIALECT
 
 TABLE = Table("f", "uid", (
     column("uid", "int"), column("i", "int", -100.0, 100.0), column("x", "float", -10.0, 10.0), column("s", "text"),

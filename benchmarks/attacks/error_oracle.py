@@ -16,7 +16,7 @@ Two such channels were found:
   LIKE, and TRY does not catch it. Commit 59f3d94 refuses an ESCAPE of more than one character, but DuckDB
   counts bytes: ESCAPE 'ü' (two bytes in UTF-8) or '🙂' (four) is one character and still failed per row, until
   the checker counted bytes too. The same class (errors TRY does not absorb) and implicit casts are attacked in
-  totality.py (issue 7), closed by the type check (dpsql/typecheck.py).
+  totality.py (issue 7), closed by the type check (dpsql/analysis/typecheck.py).
 
 `scan` runs a list of risky expressions in both worlds and reports each whose outcome (answered, rejected, or
 which error) differs between them: every such expression is a channel.

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dpsql.ledger import BudgetLedger
-from dpsql.noise import InsecureSeededRandomForTests
+from dpsql.dp.noise import InsecureSeededRandomForTests
 from dpsql.policy import ColumnPolicy, ColumnType, load_policy
 from dpsql.session import PrivateSession
+from dpsql.store.ledger import BudgetLedger
 
 
 def column(name: str, type: str, lower: float | None = None, upper: float | None = None,

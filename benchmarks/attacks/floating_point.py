@@ -29,7 +29,7 @@ from benchmarks.attacks.fixtures import Table, column, open_session, write_datas
 from benchmarks.attacks.sampling import measure, scalar_outputs
 from benchmarks.attacks.script import options, scratch
 from benchmarks.attacks.stats import Proportion, success_bound
-from dpsql.noise import InsecureSeededRandomForTests
+from dpsql.dp.noise import InsecureSeededRandomForTests
 
 _GRID = 2**53  # NumPy's uniform doubles are k / 2^53
 _WINDOW = 3  # libm's log is within an ulp, so monotone up to its immediate neighbours

@@ -29,9 +29,9 @@ from sqlglot import exp, parse_one
 from benchmarks.attacks.fixtures import Budget, Table, column, create_ledger, open_session, write_dataset
 from benchmarks.attacks.fuzz_grammar import cases
 from benchmarks.attacks.script import options, scratch
-from dpsql.cli import main as cli
 from dpsql.errors import Error
-from dpsql.rewrite import prepared_table, rewrite
+from dpsql.frontends.cli import main as cli
+from dpsql.rewrite.passes import prepared_table, rewrite
 from dpsql.session import PrivateResult, PrivateSession
 
 EPSILON = 0.01

@@ -29,8 +29,8 @@ from pathlib import Path
 from benchmarks.attacks.fixtures import Budget, Table, column, create_ledger, open_session, write_dataset
 from benchmarks.attacks.ledger_worker import QUERY, command
 from benchmarks.attacks.script import options, scratch
-from dpsql.ledger import BudgetLedger
 from dpsql.policy import load_policy
+from dpsql.store.ledger import BudgetLedger
 
 ROOT = Path(__file__).resolve().parents[2]
 PEOPLE = Table("people", "pid", (column("pid", "int"), column("smoker", "bool")))

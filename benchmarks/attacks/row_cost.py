@@ -1,4 +1,4 @@
-"""How much slower one row can make a query: the per-row cost model of dpsql/typecheck.py, measured.
+"""How much slower one row can make a query: the per-row cost model of dpsql/analysis/typecheck.py, measured.
 
 A table of `rows` rows where one row holds a text of the default maximum length (policy.DEFAULT_MAX_LENGTH) and
 the others a single character. Each expression is reached only on that row (`CASE WHEN i = <row> THEN ... END` in
@@ -17,9 +17,9 @@ import duckdb
 import sqlglot
 
 from benchmarks.attacks.script import options
+from dpsql.analysis.typecheck import typed_expression
 from dpsql.errors import QueryRejected
 from dpsql.policy import DEFAULT_MAX_LENGTH, ColumnPolicy, ColumnType
-from dpsql.typecheck import typed_expression
 
 COLUMNS = {"i": ColumnPolicy("i", ColumnType.INT),
            "t": ColumnPolicy("t", ColumnType.TEXT, max_length=DEFAULT_MAX_LENGTH)}

@@ -1,6 +1,6 @@
 """Run a query's bounded SQL once per dataset, then draw its noisy release many times.
 
-The noise stage `dpsql.release.release(plan, rows, rng)` treats every group independently: each cell gets its
+The noise stage `dpsql.release.cells.release(plan, rows, rng)` treats every group independently: each cell gets its
 own noise draw and each output is computed from its own group's noisy cells. So n independent releases of one
 query equal one release of a plan with an extra, leading group key `__run` over n copies of the exact rows. That
 batching is what makes tens of thousands of releases affordable; `tests/attacks/test_sampling.py` checks it
@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 from sqlglot import exp
 
-from dpsql.check import GroupKey
-from dpsql.noise import RandomSource
-from dpsql.plan import QueryPlan
-from dpsql.release import release
+from dpsql.analysis.check import GroupKey
+from dpsql.dp.noise import RandomSource
+from dpsql.planning.plan import QueryPlan
+from dpsql.release.cells import release
 from dpsql.session import PrivateSession
 
 RUN_KEY = GroupKey(exp.column("__run"), None)

@@ -22,8 +22,8 @@ import duckdb
 from benchmarks.attacks.fixtures import DEFAULT_BUDGET, Budget, Table, column, open_session, write_dataset
 from benchmarks.attacks.sampling import measure
 from benchmarks.attacks.script import options, scratch
-from dpsql.mechanisms import GaussianMechanism
-from dpsql.plan import QueryPlan
+from dpsql.dp.mechanisms import GaussianMechanism
+from dpsql.planning.plan import QueryPlan
 
 QUERIES = (
     "SELECT COUNT(*) FROM t",

@@ -14,7 +14,7 @@ if and only if some row's text is not a boolean: here, the target's.
 
 The two worlds differ in the target's row only: in world 1 the target smokes and its `code` is 'maybe'; in world 0
 it does not and its code is 'true'. The game's bound is the one for two rows changed (2 epsilon), since a class 3
-query counts the target in world 0. The fix (dpsql/typecheck.py) refuses every one of these from the text, the
+query counts the target in world 0. The fix (dpsql/analysis/typecheck.py) refuses every one of these from the text, the
 same in both worlds, at no cost.
 """
 

@@ -24,7 +24,7 @@ from benchmarks.attacks.people import TARGET, Worlds, balanced_game, write_world
 from benchmarks.attacks.sampling import measure, scalar_outputs
 from benchmarks.attacks.script import options, scratch
 from benchmarks.attacks.stats import Proportion, success_bound
-from dpsql.noise import InsecureSeededRandomForTests
+from dpsql.dp.noise import InsecureSeededRandomForTests
 
 SMOKERS = "SELECT COUNT(*) FROM people WHERE smoker"
 SMOKERS_BUT = "SELECT COUNT(*) FROM people WHERE smoker AND pid <> ?"

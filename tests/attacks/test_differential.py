@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.attacks.differential import ADVERSARIAL_ROWS, Summary, fuzz, open_worlds, outcome
-from dpsql.typecheck import MAX_ROW_COST
+from dpsql.analysis.typecheck import MAX_ROW_COST
 from tests.attacks.fuzz_side_channel_cases import CASES
 
 FUZZ_CASES, SEED = 200, 7

@@ -27,8 +27,8 @@ import numpy as np
 import pytest
 from scipy.stats import binom, chisquare
 
-import dpsql.release
-from dpsql.release import release
+import dpsql.release.cells
+from dpsql.release.cells import release
 from dpsql.session import PrivateSession
 from tests.conftest import seeded, write_csv, write_policy
 
@@ -88,7 +88,7 @@ def test_without_the_shuffle_limit_names_the_neighbour(worlds, monkeypatch: pyte
     """The engine's order passed through (the code before the fix): the watched city is shown in every answer on
     D and in none on D'."""
     d, neighbour, city = worlds
-    monkeypatch.setattr(dpsql.release, "uniform_permutation", lambda n, rng: list(range(n)))
+    monkeypatch.setattr(dpsql.release.cells, "uniform_permutation", lambda n, rng: list(range(n)))
     assert (_shown(d, city), _shown(neighbour, city)) == (RUNS, 0)
 
 
@@ -187,7 +187,7 @@ def test_a_zero_key_does_not_carry_the_sign_of_the_first_row_the_engine_met(tmp_
     else:
         pytest.fail("no neighbour changes the engine's zero: the attack needs a new design for this DuckDB")
     assert released_signs(d) == released_signs(neighbour) == {1.0}
-    monkeypatch.setattr(dpsql.release, "_canonical", lambda value: value)
+    monkeypatch.setattr(dpsql.release.cells, "_canonical", lambda value: value)
     assert (released_signs(d), released_signs(neighbour)) == ({-1.0}, {1.0})
     d.close()
     neighbour.close()

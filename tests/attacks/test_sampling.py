@@ -10,8 +10,8 @@ import pytest
 from benchmarks.attacks.fixtures import Table, column, open_session, write_dataset
 from benchmarks.attacks.sampling import measure, sample_releases
 from benchmarks.attacks.stats import same_distribution_pvalue
-from dpsql.noise import InsecureSeededRandomForTests
-from dpsql.release import release
+from dpsql.dp.noise import InsecureSeededRandomForTests
+from dpsql.release.cells import release
 
 SIGNIFICANCE = 0.01
 TABLE = Table("t", "uid", (column("uid", "int"), column("g", "text", values=("a", "b", "c")),

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from dpsql.check import KEY_PREFIX
-from dpsql.fixedpoint import clamp, double, null_preserving
-from dpsql.parse import DIALECT, literal
-from dpsql.plan import MeasurementKind, MeasurementSpec, QueryPlan
-from dpsql.typecheck import total_expression
-from dpsql.vetting import may_fail
+from dpsql.analysis.check import KEY_PREFIX
+from dpsql.analysis.typecheck import total_expression
+from dpsql.analysis.vetting import may_fail
+from dpsql.dp.fixedpoint import clamp, double, null_preserving
+from dpsql.planning.plan import MeasurementKind, MeasurementSpec, QueryPlan
+from dpsql.sql.parse import DIALECT, literal
 
 MEASURE_PREFIX = "__m"
 UNIT = "__dp_unit"

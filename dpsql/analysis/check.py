@@ -20,13 +20,13 @@ from sqlglot.dialects.duckdb import DuckDB
 from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.qualify import qualify
 
-from dpsql.bounds import Interval, Unbounded, interval_of
+from dpsql.analysis.bounds import Interval, Unbounded, interval_of
+from dpsql.analysis.text_parameters import type_text_parameters
+from dpsql.analysis.typecheck import Kind, typed_expression
+from dpsql.analysis.vetting import ROW_NODES, ConstantChecker, describe, vet_row_expression
 from dpsql.errors import ProgrammingError, QueryRejected
-from dpsql.parse import DIALECT, ParsedQuery
 from dpsql.policy import ColumnType, Policy, TablePolicy
-from dpsql.text_parameters import type_text_parameters
-from dpsql.typecheck import Kind, typed_expression
-from dpsql.vetting import ROW_NODES, ConstantChecker, describe, vet_row_expression
+from dpsql.sql.parse import DIALECT, ParsedQuery
 
 NOISY_TABLE = "__noisy"
 KEY_PREFIX = "__k"

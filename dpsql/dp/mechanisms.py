@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from statistics import NormalDist
 
-from dpsql.noise import RandomSource, discrete_gaussian, discrete_laplace
+from dpsql.dp.noise import RandomSource, discrete_gaussian, discrete_laplace
 
 _SQRT2 = math.sqrt(2)
 _SQRT_2PI = math.sqrt(2 * math.pi)

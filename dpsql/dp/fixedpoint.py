@@ -19,7 +19,7 @@ from fractions import Fraction
 
 from sqlglot import exp
 
-from dpsql.bounds import Interval
+from dpsql.analysis.bounds import Interval
 
 _PRECISION_BITS = 29
 

@@ -18,13 +18,13 @@ from typing import Any
 import click
 
 from dpsql.errors import BudgetExhausted, Error, ProgrammingError
-from dpsql.explain import explain
-from dpsql.format import FORMATS, render, summary, why_no_rows
-from dpsql.ledger import BudgetLedger
-from dpsql.parse import TextParameter
+from dpsql.frontends.explain import explain
+from dpsql.frontends.format import FORMATS, render, summary, why_no_rows
+from dpsql.frontends.skeleton import skeleton
 from dpsql.policy import load_policy
 from dpsql.session import PrivateSession
-from dpsql.skeleton import skeleton
+from dpsql.sql.parse import TextParameter
+from dpsql.store.ledger import BudgetLedger
 
 
 def _fail(message: str, code: int) -> None:
@@ -62,7 +62,8 @@ _param_option = click.option("--param", "-p", "params", multiple=True,
 
 
 def _parameters(params: tuple[str, ...]) -> list[TextParameter] | dict[str, TextParameter] | None:
-    """Command-line values are text: each becomes the type its place in the query needs (dpsql.text_parameters)."""
+    """Command-line values are text: each becomes the type its place in the query needs
+    (dpsql.analysis.text_parameters)."""
     if not params:
         return None
     named = [p for p in params if "=" in p and p.split("=", 1)[0].isidentifier()]
@@ -180,7 +181,7 @@ def policy() -> None:
 @_errors_as_messages
 def check(file: Path) -> None:
     """Check a policy and load its tables: every problem is named with its table and key."""
-    from dpsql.engine import Engine
+    from dpsql.engines.duckdb_engine import Engine
 
     loaded = load_policy(file)
     Engine(loaded).close()

@@ -24,7 +24,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from dpsql.errors import BudgetExhausted, LedgerError
-from dpsql.plan import Cost
+from dpsql.planning.plan import Cost
 from dpsql.policy import Accounting, BudgetPolicy
 
 _SCHEMA = """

@@ -33,9 +33,9 @@ from enum import StrEnum
 
 from sqlglot import exp
 
+from dpsql.analysis.vetting import describe
 from dpsql.errors import QueryRejected
 from dpsql.policy import MAX_TEXT_LENGTH, ColumnPolicy, ColumnType
-from dpsql.vetting import describe
 
 # MAX_TEXT_LENGTH (policy.py) also bounds every text value an expression computes.
 # Units of work one row may cost: about one per character touched, measured at about 2 ns each (LIKE on text of

@@ -52,7 +52,7 @@ TEXT_PARAMETER = "dpsql_text_parameter"  # meta key: the text of a TextParameter
 @dataclass(frozen=True)
 class TextParameter:
     """A parameter value typed as text (on the command line) whose SQL type its place in the query decides:
-    the checker converts it to the type of the column it is compared with (dpsql.text_parameters)."""
+    the checker converts it to the type of the column it is compared with (dpsql.analysis.text_parameters)."""
 
     text: str
 

@@ -16,8 +16,8 @@ import decimal
 from sqlglot import exp
 
 from dpsql.errors import DataError
-from dpsql.parse import TEXT_PARAMETER, literal
 from dpsql.policy import ColumnType, TablePolicy
+from dpsql.sql.parse import TEXT_PARAMETER, literal
 
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Between,
                 exp.In)

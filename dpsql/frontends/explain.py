@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dpsql.check import AGG_PREFIX, KEY_PREFIX, NOISY_TABLE, OUT_PREFIX, AggregateKind
-from dpsql.plan import Measurement, OutputRecipe, QueryPlan
+from dpsql.analysis.check import AGG_PREFIX, KEY_PREFIX, NOISY_TABLE, OUT_PREFIX, AggregateKind
+from dpsql.planning.plan import Measurement, OutputRecipe, QueryPlan
 from dpsql.policy import Accounting, MechanismKind
-from dpsql.release import LEVEL
-from dpsql.rewrite import pretty
+from dpsql.release.cells import LEVEL
+from dpsql.rewrite.passes import pretty
 
 
 def explain(query_plan: QueryPlan) -> str:

@@ -25,12 +25,12 @@ from typing import Any
 import duckdb
 from sqlglot import exp
 
+from dpsql.dp.fixedpoint import fixed_point
 from dpsql.errors import ExecutionFailed, PolicyError, QueryRejected
-from dpsql.fixedpoint import fixed_point
-from dpsql.lossless import canonical_select, faithful
-from dpsql.parse import DIALECT
 from dpsql.policy import ColumnType, Policy, TablePolicy
-from dpsql.rewrite import RANK, ROW_KEY, UNIT, UNIT_ROWS, prepared_table, quantized_column
+from dpsql.rewrite.passes import RANK, ROW_KEY, UNIT, UNIT_ROWS, prepared_table, quantized_column
+from dpsql.sql.lossless import canonical_select, faithful
+from dpsql.sql.parse import DIALECT
 
 _SANDBOX = (
     "SET enable_external_access = false",

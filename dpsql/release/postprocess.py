@@ -17,11 +17,11 @@ import duckdb
 import numpy as np
 from sqlglot import exp
 
-from dpsql.check import AGG_PREFIX, KEY_PREFIX, NOISY_TABLE, OUT_PREFIX, AggregateKind, CheckedQuery
+from dpsql.analysis.check import AGG_PREFIX, KEY_PREFIX, NOISY_TABLE, OUT_PREFIX, AggregateKind, CheckedQuery
 from dpsql.errors import ProgrammingError
-from dpsql.lossless import canonical_select, to_python
-from dpsql.parse import DIALECT
-from dpsql.release import ReleasedCells
+from dpsql.release.cells import ReleasedCells
+from dpsql.sql.lossless import canonical_select, to_python
+from dpsql.sql.parse import DIALECT
 
 _INTEGER_KINDS = (AggregateKind.COUNT, AggregateKind.COUNT_UNITS)
 # Each released row's place in the order release() chose (data-independent). It is the last ORDER BY term of every

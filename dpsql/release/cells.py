@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from dpsql.check import AggregateKind
-from dpsql.confidence import fiducial_interval, gaussian_sum_half_width, laplace_sum_half_width
+from dpsql.analysis.check import AggregateKind
+from dpsql.dp.confidence import fiducial_interval, gaussian_sum_half_width, laplace_sum_half_width
+from dpsql.dp.mechanisms import GaussianMechanism
+from dpsql.dp.noise import RandomSource, uniform_permutation
 from dpsql.errors import ExecutionFailed
-from dpsql.mechanisms import GaussianMechanism
-from dpsql.noise import RandomSource, uniform_permutation
-from dpsql.plan import Measurement, OutputRecipe, QueryPlan
+from dpsql.planning.plan import Measurement, OutputRecipe, QueryPlan
 
 LEVEL = 0.95
 

@@ -21,14 +21,14 @@ from fractions import Fraction
 
 from sqlglot import exp
 
-from dpsql.allocation import objective, split
-from dpsql.bounds import Interval
-from dpsql.check import AggregateCall, AggregateKind, CheckedQuery, readable
+from dpsql.analysis.bounds import Interval
+from dpsql.analysis.check import AggregateCall, AggregateKind, CheckedQuery, readable
+from dpsql.dp.allocation import objective, split
+from dpsql.dp.fixedpoint import FixedPoint, fixed_point
+from dpsql.dp.mechanisms import GaussianMechanism, LaplaceMechanism, Mechanism
 from dpsql.errors import QueryRejected
-from dpsql.fixedpoint import FixedPoint, fixed_point
-from dpsql.mechanisms import GaussianMechanism, LaplaceMechanism, Mechanism
-from dpsql.parse import DIALECT
 from dpsql.policy import Accounting, MechanismKind
+from dpsql.sql.parse import DIALECT
 
 MAX_PUBLIC_CELLS = 100_000
 _TAIL_MARGIN = 1e-9  # relative: far above the rounding of a float tail, far below any effect on the threshold

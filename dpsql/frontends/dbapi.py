@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from dpsql import errors
+from dpsql.dp.noise import RandomSource
 from dpsql.errors import InterfaceError, NotSupportedError, ProgrammingError
-from dpsql.explain import explain
-from dpsql.ledger import Charge, Spending
-from dpsql.noise import RandomSource
-from dpsql.plan import Cost
+from dpsql.frontends.explain import explain
+from dpsql.planning.plan import Cost
 from dpsql.session import PrivateResult, PrivateSession
+from dpsql.store.ledger import Charge, Spending
 
 apilevel = "2.0"
 threadsafety = 1  # threads may share the module, not connections
