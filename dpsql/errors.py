@@ -114,6 +114,13 @@ class ExecutionFailed(OperationalError):
         super().__init__(message)
 
 
+def first_line(exc: BaseException) -> str:
+    """An exception's message cut to its first line (a library's message may go on with hints and a caret
+    diagram), without terminal colour codes; the exception's class name when the message is empty."""
+    text = str(exc).replace("\x1b[4m", "").replace("\x1b[0m", "").strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 __all__ = [
     "BudgetExhausted",
     "DataError",

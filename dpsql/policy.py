@@ -16,8 +16,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from dpsql.analysis.bounds import Interval
+from dpsql.dp.interval import Interval
 from dpsql.errors import PolicyError
+from dpsql.sql.names import RESERVED_PREFIX, is_reserved
 
 
 class ColumnType(StrEnum):
@@ -232,6 +233,8 @@ class _Reader:
         where = f"table '{name}'"
         if not name.isidentifier():
             self.fail(where, "name", "a table name must be a plain identifier (letters, digits, underscore)")
+        if is_reserved(name):
+            self.fail(where, "name", f"table names starting with '{RESERVED_PREFIX}' are reserved for dpsql's own")
         if not isinstance(raw, dict):
             self.fail(where, "", "expected a table of keys")
         self.keys(raw, where, _TABLE_KEYS)
@@ -295,6 +298,8 @@ class _Reader:
         here = f"{where}, column '{name}'"
         if not name.isidentifier():
             self.fail(here, "name", "a column name must be a plain identifier (letters, digits, underscore)")
+        if is_reserved(name):
+            self.fail(here, "name", f"column names starting with '{RESERVED_PREFIX}' are reserved for dpsql's own")
         if not isinstance(raw, dict):
             self.fail(here, "", "expected a table of keys such as { type = \"int\" }")
         self.keys(raw, here, _COLUMN_KEYS)

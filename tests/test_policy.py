@@ -11,7 +11,7 @@ from dpsql.engines.duckdb_engine import Engine
 from dpsql.errors import PolicyError
 from dpsql.frontends.skeleton import skeleton
 from dpsql.policy import DEFAULT_MAX_LENGTH, ColumnType, load_policy
-from dpsql.rewrite.passes import prepared_table
+from dpsql.sql.names import prepared_table
 from tests.conftest import write_csv, write_policy
 
 
@@ -64,6 +64,8 @@ def test_a_good_policy_loads_with_its_declarations(tmp_path: Path, data: Path) -
      "column 'age', key 'max_length'", "applies to text columns"),
     ({"columns": {"pid": {"type": "int"}, "city": {"type": "text", "values": ["abc"], "max_length": 2}}},
      "column 'city', key 'values'", "longer than max_length"),
+    ({"columns": {"pid": {"type": "int"}, "__dp_rank": {"type": "int"}}}, "column '__dp_rank'",
+     "reserved for dpsql's own"),
 ])
 def test_broken_table_declarations_name_table_key_and_problem(tmp_path, data, overrides, where, problem) -> None:
     spec = people(**overrides)
@@ -73,6 +75,11 @@ def test_broken_table_declarations_name_table_key_and_problem(tmp_path, data, ov
         load_policy(path)
     message = str(caught.value)
     assert "table 'people'" in message and where in message and problem in message
+
+
+def test_a_reserved_table_name_is_refused(tmp_path, data) -> None:
+    with pytest.raises(PolicyError, match="table '__noisy'.*reserved for dpsql's own"):
+        load_policy(write_policy(tmp_path / "p.toml", {"__noisy": people()}))
 
 
 @pytest.mark.parametrize(("budget", "key", "problem"), [

@@ -31,8 +31,9 @@ from benchmarks.attacks.fuzz_grammar import cases
 from benchmarks.attacks.script import options, scratch
 from dpsql.errors import Error
 from dpsql.frontends.cli import main as cli
-from dpsql.rewrite.passes import prepared_table, rewrite
+from dpsql.rewrite.passes import rewrite
 from dpsql.session import PrivateResult, PrivateSession
+from dpsql.sql.names import prepared_table
 
 EPSILON = 0.01
 ODD_EPSILONS: tuple[Any, ...] = (0, -1, math.nan, math.inf, 1e-320, 5e-324, 1e-300, 1e-12, 1e13, "abc", "1e-3",

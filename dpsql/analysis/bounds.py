@@ -10,33 +10,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
-if TYPE_CHECKING:
-    from dpsql.policy import ColumnPolicy
-
-
-@dataclass(frozen=True)
-class Interval:
-    lo: float
-    hi: float
-
-    @property
-    def mid(self) -> float:
-        return (self.lo + self.hi) / 2
-
-    @property
-    def half_width(self) -> float:
-        return (self.hi - self.lo) / 2
-
-    def hull(self, other: Interval) -> Interval:
-        return Interval(min(self.lo, other.lo), max(self.hi, other.hi))
-
-    def contains_zero(self) -> bool:
-        return self.lo <= 0 <= self.hi
+from dpsql.dp.interval import Interval
+from dpsql.policy import ColumnPolicy
 
 
 class Unbounded(Exception):

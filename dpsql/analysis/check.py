@@ -20,18 +20,15 @@ from sqlglot.dialects.duckdb import DuckDB
 from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.qualify import qualify
 
-from dpsql.analysis.bounds import Interval, Unbounded, interval_of
+from dpsql.analysis.bounds import Unbounded, interval_of
 from dpsql.analysis.text_parameters import type_text_parameters
 from dpsql.analysis.typecheck import Kind, typed_expression
 from dpsql.analysis.vetting import ROW_NODES, ConstantChecker, describe, vet_row_expression
+from dpsql.dp.interval import Interval
 from dpsql.errors import ProgrammingError, QueryRejected
 from dpsql.policy import ColumnType, Policy, TablePolicy
+from dpsql.sql import names
 from dpsql.sql.parse import DIALECT, ParsedQuery
-
-NOISY_TABLE = "__noisy"
-KEY_PREFIX = "__k"
-AGG_PREFIX = "__a"
-OUT_PREFIX = "__o"
 
 
 class AggregateKind(StrEnum):
@@ -352,8 +349,8 @@ def _outer_query(tree: exp.Select, table: TablePolicy, keys: tuple[GroupKey, ...
     for i, item in enumerate(tree.expressions):
         inner = item.this if isinstance(item, exp.Alias) else item
         replaced = _replace_private(inner, table, key_index, aggregates, _Place("SELECT", inner))
-        select_items.append(exp.alias_(replaced, f"{OUT_PREFIX}{i}"))
-    outer = exp.select(*select_items).from_(NOISY_TABLE)
+        select_items.append(exp.alias_(replaced, names.output(i)))
+    outer = exp.select(*select_items).from_(names.NOISY_TABLE)
     having = tree.args.get("having")
     if having is not None:
         outer = outer.where(_replace_private(having.this, table, key_index, aggregates, _Place("HAVING")))
@@ -362,7 +359,7 @@ def _outer_query(tree: exp.Select, table: TablePolicy, keys: tuple[GroupKey, ...
         ordered = []
         for item in order.expressions:
             target = _resolve_order_names(item.this, tree, table)
-            if not (isinstance(target, exp.Column) and target.name.startswith(OUT_PREFIX)):
+            if not (isinstance(target, exp.Column) and target.meta.get(_OUTPUT_REFERENCE)):
                 target = _replace_private(target, table, key_index, aggregates, _Place("ORDER BY", item.this))
             rewritten = item.copy()
             rewritten.set("this", target)
@@ -391,7 +388,9 @@ def _resolve_order_names(target: exp.Expression, tree: exp.Select, table: TableP
     items = tree.expressions
     aliases = [item.alias for item in items]
     if isinstance(target, exp.Column) and not target.table and target.name in aliases:
-        return exp.column(f"{OUT_PREFIX}{aliases.index(target.name)}")
+        column = exp.column(names.output(aliases.index(target.name)))
+        column.meta[_OUTPUT_REFERENCE] = True
+        return column
     qualifier = tree.args["from_"].this.alias_or_name
 
     def resolve(part: exp.Expression) -> exp.Expression:
@@ -403,6 +402,10 @@ def _resolve_order_names(target: exp.Expression, tree: exp.Select, table: TableP
         return part
 
     return target.copy().transform(resolve, copy=False)
+
+
+# Meta key on an ORDER BY item that names an output by its alias: it is post-processing of that output as is.
+_OUTPUT_REFERENCE = "dpsql_output_reference"
 
 
 @dataclass(frozen=True)
@@ -422,7 +425,7 @@ def _replace_private(node: exp.Expression, table: TablePolicy, key_index: dict[e
     a private row is refused. Keys match structurally, the largest matching subtree first (pre-order)."""
     def swap(part: exp.Expression) -> exp.Expression:
         if part in key_index:
-            return exp.column(f"{KEY_PREFIX}{key_index[part]}")
+            return names.key_column(key_index[part])
         if isinstance(part, exp.Window):  # before its function: RANK() or SUM(COUNT(*)) is not the problem
             raise QueryRejected(f"{context}: window functions (OVER) are not supported, even computed across the "
                                 "released groups. To rank groups or keep the top ones, use ORDER BY and LIMIT "
@@ -434,12 +437,12 @@ def _replace_private(node: exp.Expression, table: TablePolicy, key_index: dict[e
             if call.key not in keys:
                 aggregates.append(call)
                 keys.append(call.key)
-            return exp.column(f"{AGG_PREFIX}{keys.index(call.key)}")
+            return names.aggregate_column(keys.index(call.key))
         return part
 
     result = node.copy().transform(swap, copy=False)
     for part in result.walk():
-        if isinstance(part, exp.Column) and not part.name.startswith((KEY_PREFIX, AGG_PREFIX)):
+        if isinstance(part, exp.Column) and names.key_index(part) is None and names.aggregate_index(part) is None:
             raise QueryRejected(f"{context}: column '{part.name}' is used outside an aggregate but is not a GROUP "
                                 "BY key: only aggregates and group keys can be released")
         if isinstance(part, exp.Window):
@@ -505,9 +508,9 @@ def _nullable(expression: exp.Expression, table: TablePolicy) -> bool:
     return not isinstance(expression, exp.Literal)
 
 
-def _aggregate_columns(node: exp.Expression) -> list[str]:
-    """The noisy aggregate columns (__a<i>) an outer expression reads, once per occurrence."""
-    return [c.name for c in node.find_all(exp.Column) if c.name.startswith(AGG_PREFIX)]
+def _aggregate_columns(node: exp.Expression) -> list[int]:
+    """The aggregates an outer expression reads (their indices), once per occurrence."""
+    return [i for i in map(names.aggregate_index, node.find_all(exp.Column)) if i is not None]
 
 
 def _single_aggregate(node: exp.Expression) -> int | None:
@@ -520,9 +523,8 @@ def _single_aggregate(node: exp.Expression) -> int | None:
     for part in node.walk():
         if not isinstance(part, monotone):
             return None
-        if isinstance(part, exp.Div) and any(c.name.startswith(AGG_PREFIX)
-                                             for c in part.expression.find_all(exp.Column)):
+        if isinstance(part, exp.Div) and _aggregate_columns(part.expression):
             return None  # x / noisy is not monotone across zero
         if isinstance(part, exp.Cast | exp.TryCast) and not part.to.is_type(*exp.DataType.NUMERIC_TYPES):
             return None
-    return int(columns[0][len(AGG_PREFIX):])
+    return columns[0]

@@ -13,7 +13,7 @@ import threading
 import duckdb
 from sqlglot import exp
 
-from dpsql.errors import QueryRejected
+from dpsql.errors import QueryRejected, first_line
 
 # Structure that appears inside vetted expressions.
 _STRUCTURE: tuple[type[exp.Expression], ...] = (
@@ -165,8 +165,7 @@ class ConstantChecker:
                     # would raise OverflowError there, a traceback instead of a rejection).
                     self._con.execute(f"SELECT ({part.unalias().sql('duckdb')}) IS NULL").fetchall()
                 except duckdb.Error as exc:
-                    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                    raise QueryRejected(f"{context}: {text} cannot be evaluated ({first})") from None
+                    raise QueryRejected(f"{context}: {text} cannot be evaluated ({first_line(exc)})") from None
                 if len(self._evaluates) < self._REMEMBERED:
                     self._evaluates.add(text)  # decided by the text alone, so it holds for every later query
 

@@ -19,7 +19,7 @@ from fractions import Fraction
 
 from sqlglot import exp
 
-from dpsql.analysis.bounds import Interval
+from dpsql.dp.interval import Interval
 
 _PRECISION_BITS = 29
 

@@ -26,17 +26,17 @@ import duckdb
 from sqlglot import exp
 
 from dpsql.dp.fixedpoint import fixed_point
-from dpsql.errors import ExecutionFailed, PolicyError, QueryRejected
+from dpsql.errors import ExecutionFailed, PolicyError, QueryRejected, first_line
 from dpsql.policy import ColumnType, Policy, TablePolicy
-from dpsql.rewrite.passes import RANK, ROW_KEY, UNIT, UNIT_ROWS, prepared_table, quantized_column
+from dpsql.sql import names
 from dpsql.sql.lossless import canonical_select, faithful
+from dpsql.sql.names import RANK, ROW_KEY, TWIN_SCHEMA, UNIT, UNIT_ROWS, prepared_table, quantized_column
 from dpsql.sql.parse import DIALECT
 
 _SANDBOX = (
     "SET enable_external_access = false",
     "SET lock_configuration = true",
 )
-_TWIN_SCHEMA = "__dp_twin"
 _EXACT_CACHE = 512
 # DuckDB optimizer rules that move analyst code out of the TRY written around it, or out of the CASE branch that
 # guards it, so that it runs on rows (or at a place) where its failure is no longer absorbed:
@@ -71,14 +71,14 @@ class Engine:
         # The salt makes the per-unit choice of rows unpredictable; a fixed one is for tests only.
         salt = bounding_seed if bounding_seed is not None else secrets.randbits(62)
         try:
-            self._con.execute(f"CREATE SCHEMA {_TWIN_SCHEMA}")
+            self._con.execute(f"CREATE SCHEMA {TWIN_SCHEMA}")
             for table in policy.tables.values():
                 self._load(table, salt)
             # A second client whose default schema holds empty tables of the same names and columns: the very SQL
             # that will run on the data is first run there, where no row can influence what happens.
             self._twin = self._con.cursor()
             database = self._con.execute("SELECT current_database()").fetchone()[0]
-            self._twin.execute(f"USE {_quote(database)}.{_TWIN_SCHEMA}")
+            self._twin.execute(f"USE {_quote(database)}.{TWIN_SCHEMA}")
             for statement in _SANDBOX:
                 self._con.execute(statement)
             self._watchdog = _Watchdog(self._con, policy.time_limit)
@@ -118,10 +118,10 @@ class Engine:
         except duckdb.Error as exc:
             self._fail(table, "source", f"cannot load {table.source.pattern!r} with the declared column types: "
                                         f"{self._column_hint(table)} ({type(exc).__name__})")
-        self._con.execute(f"CREATE TABLE {_TWIN_SCHEMA}.{prepared_table(table.name)} AS "
+        self._con.execute(f"CREATE TABLE {TWIN_SCHEMA}.{prepared_table(table.name)} AS "
                           f"SELECT * FROM {prepared_table(table.name)} LIMIT 0")
         if table.source.kind == "duckdb":  # the copy is made: the steward's database file is not needed any more
-            self._con.execute(f"DETACH __dp_src_{table.name}")
+            self._con.execute(f"DETACH {names.attached_source(table.name)}")
 
     def _source(self, table: TablePolicy, typed: bool = True) -> str:
         path = exp.Literal.string(table.source.pattern).sql(DIALECT)
@@ -133,7 +133,7 @@ class Engine:
             return f"read_csv({path}, header = true, types = {{{types}}})"
         if table.source.kind == "parquet":
             return f"read_parquet({path})"
-        alias = f"__dp_src_{table.name}"
+        alias = names.attached_source(table.name)
         attached = {row[0] for row in self._con.execute("SELECT database_name FROM duckdb_databases()").fetchall()}
         if alias in attached:
             return f"{alias}.{_quote(table.source.table)}"
@@ -147,7 +147,7 @@ class Engine:
         try:
             described = self._con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()
         except duckdb.Error as exc:
-            self._fail(table, "source", f"cannot read {table.source.pattern!r} ({_first_line(exc)})")
+            self._fail(table, "source", f"cannot read {table.source.pattern!r} ({first_line(exc)})")
         return {row[0].lower(): row[1] for row in described}
 
     def _fail(self, table: TablePolicy, key: str, problem: str) -> None:
@@ -178,7 +178,7 @@ class Engine:
                 cursor.fetchall()
                 types = [str(d[1]) for d in cursor.description]
             except duckdb.Error as exc:
-                raise QueryRejected(f"the query does not type-check: {_first_line(exc)}") from None
+                raise QueryRejected(f"the query does not type-check: {first_line(exc)}") from None
             if len(self._exact) >= _EXACT_CACHE:
                 self._exact.pop(next(iter(self._exact)))
             self._exact[sql] = canonical_select(sql, types)
@@ -316,5 +316,3 @@ def _clean(name: str, ctype: ColumnType, max_length: int) -> str:
     return column
 
 
-def _first_line(exc: Exception) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

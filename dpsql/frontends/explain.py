@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dpsql.analysis.check import AGG_PREFIX, KEY_PREFIX, NOISY_TABLE, OUT_PREFIX, AggregateKind
+from dpsql.analysis.check import AggregateKind
 from dpsql.planning.plan import Measurement, OutputRecipe, QueryPlan
 from dpsql.policy import Accounting, MechanismKind
 from dpsql.release.cells import LEVEL
 from dpsql.rewrite.passes import pretty
+from dpsql.sql import names
+from dpsql.sql.parse import DIALECT
 
 
 def explain(query_plan: QueryPlan) -> str:
@@ -45,18 +47,19 @@ def _post_processes(query_plan: QueryPlan) -> bool:
 def _readable_outer(query_plan: QueryPlan) -> str:
     """The post-processing query with its internal column names replaced by what they stand for."""
     query = query_plan.query
-    names = {f"{KEY_PREFIX}{i}": k.text for i, k in enumerate(query.keys)}
-    names |= {f"{AGG_PREFIX}{j}": a.text for j, a in enumerate(query.aggregates)}
-    names |= {f"{OUT_PREFIX}{i}": name for i, name in enumerate(query.output_names)}
+    written = {names.key(i): k.text for i, k in enumerate(query.keys)}
+    written |= {names.aggregate(j): a.text for j, a in enumerate(query.aggregates)}
+    written |= {names.output(i): name for i, name in enumerate(query.output_names)}
 
     outer = query.outer.copy()
     for node in list(outer.find_all(exp.Column)):
-        if node.name in names:
-            node.replace(exp.column(exp.to_identifier(names[node.name], quoted=True)))
+        if node.name in written:
+            node.replace(exp.column(exp.to_identifier(written[node.name], quoted=True)))
     for node in list(outer.find_all(exp.Alias)):
-        if node.alias in names:
-            node.set("alias", exp.to_identifier(names[node.alias], quoted=True))
-    return outer.sql("duckdb").replace(f" FROM {NOISY_TABLE}", "")
+        if node.alias in written:
+            node.set("alias", exp.to_identifier(written[node.alias], quoted=True))
+    outer.set("from_", None)
+    return outer.sql(DIALECT)
 
 
 def _cost(query_plan: QueryPlan) -> str:

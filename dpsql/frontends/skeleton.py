@@ -11,7 +11,7 @@ from pathlib import Path
 import duckdb
 from sqlglot import exp
 
-from dpsql.errors import PolicyError
+from dpsql.errors import PolicyError, first_line
 
 _TYPES = {
     "BIGINT": "int", "INTEGER": "int", "SMALLINT": "int", "TINYINT": "int", "HUGEINT": "int", "UBIGINT": "int",
@@ -80,7 +80,7 @@ def _schema(data_file: Path) -> dict[str, str]:
     try:
         described = con.execute(f"DESCRIBE SELECT * FROM {reader}").fetchall()
     except duckdb.Error as exc:
-        raise PolicyError(f"init: cannot read the schema of {data_file.name}: {str(exc).splitlines()[0]}") from None
+        raise PolicyError(f"init: cannot read the schema of {data_file.name}: {first_line(exc)}") from None
     finally:
         con.close()
     return {_identifier(row[0]): _TYPES.get(str(row[1]).split("(")[0], "text") for row in described}

@@ -21,10 +21,10 @@ from fractions import Fraction
 
 from sqlglot import exp
 
-from dpsql.analysis.bounds import Interval
 from dpsql.analysis.check import AggregateCall, AggregateKind, CheckedQuery, readable
 from dpsql.dp.allocation import objective, split
 from dpsql.dp.fixedpoint import FixedPoint, fixed_point
+from dpsql.dp.interval import Interval
 from dpsql.dp.mechanisms import GaussianMechanism, LaplaceMechanism, Mechanism
 from dpsql.errors import QueryRejected
 from dpsql.policy import Accounting, MechanismKind

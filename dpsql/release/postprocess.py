@@ -17,20 +17,21 @@ import duckdb
 import numpy as np
 from sqlglot import exp
 
-from dpsql.analysis.check import AGG_PREFIX, KEY_PREFIX, NOISY_TABLE, OUT_PREFIX, AggregateKind, CheckedQuery
-from dpsql.errors import ProgrammingError
+from dpsql.analysis.check import AggregateKind, CheckedQuery
+from dpsql.errors import ProgrammingError, first_line
 from dpsql.release.cells import ReleasedCells
+from dpsql.sql import names
 from dpsql.sql.lossless import canonical_select, to_python
 from dpsql.sql.parse import DIALECT
 
 _INTEGER_KINDS = (AggregateKind.COUNT, AggregateKind.COUNT_UNITS)
-# Each released row's place in the order release() chose (data-independent). It is the last ORDER BY term of every
+# names.POSITION: each released row's place in the order release() chose (data-independent). It is the last ORDER BY
+# term of every
 # post-processing query: DuckDB's sort is not stable (it reorders 40 tied rows even on one thread, and with several
 # threads large inputs come back in different orders from run to run), so without it rows with equal noisy values,
 # and the rows a LIMIT keeps, would be chosen by the sort's internals; with it, ties keep release()'s order and the
 # output is a function of the released cells. Analyst SQL cannot name it: the checker lets the outer query read
-# only __k and __a columns.
-_POSITION = "__position"
+# only the key and aggregate columns it made itself.
 
 
 @dataclass(frozen=True)
@@ -53,25 +54,26 @@ class PostProcessor:
         projection = _plain_projection(query)
         if projection is not None:
             return _project(query, projection, key_types, cells)
-        self._con.register("__cells", _columns(query, cells))
-        casts = [f"CAST({KEY_PREFIX}{i} AS {t}) AS {KEY_PREFIX}{i}" for i, t in enumerate(key_types)]
-        casts.append(_POSITION)
+        self._con.register(names.CELLS_VIEW, _columns(query, cells))
+        casts = [f"CAST({names.key(i)} AS {t}) AS {names.key(i)}" for i, t in enumerate(key_types)]
+        casts.append(names.POSITION)
         for j, call in enumerate(query.aggregates):
             kind = "BIGINT" if call.kind in _INTEGER_KINDS else "DOUBLE"
-            casts.append(f"CAST(round({AGG_PREFIX}{j}) AS BIGINT) AS {AGG_PREFIX}{j}" if kind == "BIGINT"
-                         else f"{AGG_PREFIX}{j}")
-            casts += [f"{AGG_PREFIX}{j}_{part}" for part in ("lo", "hi", "sd")]
+            value = names.aggregate(j)
+            casts.append(f"CAST(round({value}) AS BIGINT) AS {value}" if kind == "BIGINT" else value)
+            casts += [names.aggregate(j, part) for part in ("lo", "hi", "sd")]
         try:
-            self._con.execute(f"CREATE OR REPLACE TABLE {NOISY_TABLE} AS SELECT {', '.join(casts)} FROM __cells")
+            self._con.execute(f"CREATE OR REPLACE TABLE {names.NOISY_TABLE} AS SELECT {', '.join(casts)} "
+                              f"FROM {names.CELLS_VIEW}")
             sql = _with_intervals(query).sql(DIALECT)
             # Output values leave exactly (lossless.py): a DATE 'infinity' key must not print as 9999-12-31.
             types = [str(d[1]) for d in self._con.execute(f"DESCRIBE {sql}").fetchall()]
             exact = self._con.execute(canonical_select(sql, types)).fetchall()
             rows = [tuple(to_python(v, t) for v, t in zip(row, types, strict=True)) for row in exact]
         except duckdb.Error as exc:
-            raise ProgrammingError(f"post-processing the noisy answer failed: {str(exc).splitlines()[0]}") from None
+            raise ProgrammingError(f"post-processing the noisy answer failed: {first_line(exc)}") from None
         finally:
-            self._con.unregister("__cells")
+            self._con.unregister(names.CELLS_VIEW)
         width = len(query.output_names)
         return FinalRows(
             rows=[row[:width] for row in rows],
@@ -84,29 +86,28 @@ class PostProcessor:
         self._con.close()
 
 
-def _plain_projection(query: CheckedQuery) -> list[tuple[str, int]] | None:
+def _plain_projection(query: CheckedQuery) -> list[tuple[bool, int]] | None:
     """When the outer query only lists keys and aggregates (no HAVING, ORDER BY, LIMIT or arithmetic), its
-    columns as (prefix, index): the answer can be assembled without a round trip through DuckDB."""
+    columns as (is a key, index): the answer can be assembled without a round trip through DuckDB."""
     if any(query.outer.args.get(clause) for clause in ("where", "order", "limit", "offset")):
         return None
     columns = []
     for item in query.outer.expressions:
         if not isinstance(item.this, exp.Column):
             return None
-        name = item.this.name
-        prefix = KEY_PREFIX if name.startswith(KEY_PREFIX) else AGG_PREFIX
-        columns.append((prefix, int(name[len(prefix):])))
+        key = names.key_index(item.this)
+        columns.append((True, key) if key is not None else (False, names.aggregate_index(item.this)))
     return columns
 
 
-def _project(query: CheckedQuery, columns: list[tuple[str, int]], key_types: list[str],
+def _project(query: CheckedQuery, columns: list[tuple[bool, int]], key_types: list[str],
              cells: ReleasedCells) -> FinalRows:
     rows, intervals, stds = [], [], []
     integer = [call.kind in _INTEGER_KINDS for call in query.aggregates]
     for g, key in enumerate(cells.keys):
         row, interval, std = [], [], []
-        for prefix, i in columns:
-            if prefix == KEY_PREFIX:
+        for is_key, i in columns:
+            if is_key:
                 row.append(to_python(key[i], key_types[i]))
                 interval.append(None)
                 std.append(None)
@@ -118,8 +119,7 @@ def _project(query: CheckedQuery, columns: list[tuple[str, int]], key_types: lis
         rows.append(tuple(row))
         intervals.append(tuple(interval))
         stds.append(tuple(std))
-    types = [key_types[i] if prefix == KEY_PREFIX else ("BIGINT" if integer[i] else "DOUBLE")
-             for prefix, i in columns]
+    types = [key_types[i] if is_key else ("BIGINT" if integer[i] else "DOUBLE") for is_key, i in columns]
     return FinalRows(rows, intervals, stds, types)
 
 
@@ -131,42 +131,43 @@ def _pair(row: tuple, width: int, i: int) -> tuple[float, float] | None:
 def _columns(query: CheckedQuery, cells: ReleasedCells) -> dict[str, np.ndarray]:
     columns: dict[str, np.ndarray] = {}
     for i in range(len(query.keys)):
-        columns[f"{KEY_PREFIX}{i}"] = np.array([key[i] for key in cells.keys], dtype=object)
+        columns[names.key(i)] = np.array([key[i] for key in cells.keys], dtype=object)
     for j in range(len(query.aggregates)):
-        columns[f"{AGG_PREFIX}{j}"] = cells.values[:, j].astype(float)
-        columns[f"{AGG_PREFIX}{j}_lo"] = cells.lows[:, j].astype(float)
-        columns[f"{AGG_PREFIX}{j}_hi"] = cells.highs[:, j].astype(float)
-        columns[f"{AGG_PREFIX}{j}_sd"] = cells.stds[:, j].astype(float)
-    columns[_POSITION] = np.arange(len(cells.keys), dtype=np.int64)
+        columns[names.aggregate(j)] = cells.values[:, j].astype(float)
+        columns[names.aggregate(j, "lo")] = cells.lows[:, j].astype(float)
+        columns[names.aggregate(j, "hi")] = cells.highs[:, j].astype(float)
+        columns[names.aggregate(j, "sd")] = cells.stds[:, j].astype(float)
+    columns[names.POSITION] = np.arange(len(cells.keys), dtype=np.int64)
     return columns
 
 
 def _with_intervals(query: CheckedQuery) -> exp.Select:
     """The outer query, plus per output its interval ends (lo, hi pairs) and its noise std, in that order; ties
     in its ORDER BY (and the whole order when it has none) are settled by the released order."""
-    outer = query.outer.copy().order_by(exp.column(_POSITION), append=True)
+    outer = query.outer.copy().order_by(exp.column(names.POSITION), append=True)
     ends, stds = [], []
     for i, item in enumerate(query.outer.expressions):
         expression = item.this
         j = query.output_aggregate[i]
         if j is None:
-            ends += [exp.alias_(exp.Null(), f"{OUT_PREFIX}{i}_lo"), exp.alias_(exp.Null(), f"{OUT_PREFIX}{i}_hi")]
-            stds.append(exp.alias_(exp.Null(), f"{OUT_PREFIX}{i}_sd"))
+            ends += [exp.alias_(exp.Null(), names.output(i, "lo")), exp.alias_(exp.Null(), names.output(i, "hi"))]
+            stds.append(exp.alias_(exp.Null(), names.output(i, "sd")))
             continue
-        at_low = _substitute(expression, f"{AGG_PREFIX}{j}", f"{AGG_PREFIX}{j}_lo")
-        at_high = _substitute(expression, f"{AGG_PREFIX}{j}", f"{AGG_PREFIX}{j}_hi")
+        at_low = _substitute(expression, j, "lo")
+        at_high = _substitute(expression, j, "hi")
         ends.append(exp.alias_(exp.Least(this=at_low, expressions=[at_high.copy()], ignore_nulls=True),
-                               f"{OUT_PREFIX}{i}_lo"))
+                               names.output(i, "lo")))
         ends.append(exp.alias_(exp.Greatest(this=at_low.copy(), expressions=[at_high], ignore_nulls=True),
-                               f"{OUT_PREFIX}{i}_hi"))
-        bare = isinstance(expression, exp.Column) and expression.name == f"{AGG_PREFIX}{j}"
-        stds.append(exp.alias_(exp.column(f"{AGG_PREFIX}{j}_sd") if bare else exp.Null(), f"{OUT_PREFIX}{i}_sd"))
+                               names.output(i, "hi")))
+        bare = names.aggregate_index(expression) == j
+        stds.append(exp.alias_(exp.column(names.aggregate(j, "sd")) if bare else exp.Null(), names.output(i, "sd")))
     return outer.select(*ends, *stds, append=True)
 
 
-def _substitute(node: exp.Expression, name: str, replacement: str) -> exp.Expression:
+def _substitute(node: exp.Expression, index: int, part_name: str) -> exp.Expression:
+    """The expression with aggregate `index` replaced by one end of its interval."""
     def swap(part: exp.Expression) -> exp.Expression:
-        if isinstance(part, exp.Column) and part.name == name:
-            return exp.column(replacement)
+        if names.aggregate_index(part) == index:
+            return exp.column(names.aggregate(index, part_name))
         return part
     return node.copy().transform(swap, copy=False)

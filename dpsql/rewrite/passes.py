@@ -21,30 +21,12 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from dpsql.analysis.check import KEY_PREFIX
 from dpsql.analysis.typecheck import total_expression
 from dpsql.analysis.vetting import may_fail
 from dpsql.dp.fixedpoint import clamp, double, null_preserving
 from dpsql.planning.plan import MeasurementKind, MeasurementSpec, QueryPlan
+from dpsql.sql import names
 from dpsql.sql.parse import DIALECT, literal
-
-MEASURE_PREFIX = "__m"
-UNIT = "__dp_unit"
-ROW_KEY = "__dp_key"
-RANK = "__dp_rank"
-UNIT_ROWS = "__dp_n"
-FILTERED = "__dp_filtered"
-BOUNDED = "__dp_bounded"
-
-
-def prepared_table(name: str) -> str:
-    """The loaded, ranked copy of a policy table that bounded queries read."""
-    return f"__dp_{name}"
-
-
-def quantized_column(column: str) -> str:
-    """The loader's precomputed fixed-point integer of a bounded column (see fixedpoint.FixedPoint)."""
-    return f"__dp_q_{column}"
 
 
 @dataclass(frozen=True)
@@ -64,20 +46,14 @@ class _Context:
 Pass = Callable[[exp.Select, _Context], exp.Select]
 
 
-VALUE_PREFIX = "__v"
-INTEGER_PREFIX = "__q"
-VALUES = "__dp_values"
-INTEGERS = "__dp_integers"
-
-
 def rewrite(plan: QueryPlan) -> BoundedQuery:
     name = plan.query.table.name
-    sql = _build(plan, prepared_table(name)).sql(DIALECT)
+    sql = _build(plan, names.prepared_table(name)).sql(DIALECT)
     return BoundedQuery(sql=sql, key_count=len(plan.query.keys))
 
 
 def pretty(plan: QueryPlan) -> str:
-    return _build(plan, prepared_table(plan.query.table.name)).sql(DIALECT, pretty=True)
+    return _build(plan, names.prepared_table(plan.query.table.name)).sql(DIALECT, pretty=True)
 
 
 def _build(plan: QueryPlan, table: str) -> exp.Select:
@@ -134,27 +110,27 @@ def cap_rows_per_unit(tree: exp.Select, context: _Context) -> exp.Select:
         return tree  # every row is its own unit: the cap of one row holds by construction
     where = tree.args.get("where")
     if where is None:
-        return tree.where(exp.column(RANK, context.alias) <= m, copy=False)
+        return tree.where(exp.column(names.RANK, context.alias) <= m, copy=False)
     filtered = exp.select("*").from_(exp.to_table(context.table).as_(context.alias)).where(where.this, copy=False)
-    small = exp.select("*").from_(FILTERED).where(exp.column(UNIT_ROWS) <= m, copy=False)
-    rank = exp.Window(this=exp.RowNumber(), partition_by=[exp.column(UNIT)],
-                      order=exp.Order(expressions=[exp.Ordered(this=exp.column(ROW_KEY))]))
-    large = exp.select("*").from_(FILTERED).where(exp.column(UNIT_ROWS) > m, copy=False).qualify(rank <= m,
+    small = exp.select("*").from_(names.FILTERED).where(exp.column(names.UNIT_ROWS) <= m, copy=False)
+    rank = exp.Window(this=exp.RowNumber(), partition_by=[exp.column(names.UNIT)],
+                      order=exp.Order(expressions=[exp.Ordered(this=exp.column(names.ROW_KEY))]))
+    large = exp.select("*").from_(names.FILTERED).where(exp.column(names.UNIT_ROWS) > m, copy=False).qualify(rank <= m,
                                                                                                   copy=False)
-    capped = exp.select("*").from_(exp.to_table(BOUNDED).as_(context.alias), copy=False)
-    capped = capped.with_(FILTERED, as_=filtered, copy=False)
-    return capped.with_(BOUNDED, as_=exp.union(small, large, distinct=False, copy=False), copy=False)
+    capped = exp.select("*").from_(exp.to_table(names.BOUNDED).as_(context.alias), copy=False)
+    capped = capped.with_(names.FILTERED, as_=filtered, copy=False)
+    return capped.with_(names.BOUNDED, as_=exp.union(small, large, distinct=False, copy=False), copy=False)
 
 
 def project_row_values(tree: exp.Select, context: _Context) -> exp.Select:
     """One row per kept row: its group keys, each aggregated value, and the unit."""
-    keys = [exp.alias_(_guarded(k.expression, context), f"{KEY_PREFIX}{i}")
+    keys = [exp.alias_(_guarded(k.expression, context), names.key(i))
             for i, k in enumerate(context.plan.query.keys)]
-    values = [exp.alias_(_value(argument, context), f"{VALUE_PREFIX}{i}")
+    values = [exp.alias_(_value(argument, context), names.row_value(i))
               for i, argument in enumerate(_argument_nodes(context))]
-    unit = [exp.column(UNIT, context.alias)] if any(
+    unit = [exp.column(names.UNIT, context.alias)] if any(
         m.spec.kind is MeasurementKind.UNITS for m in context.plan.measurements) else []
-    projection = [*keys, *values, *unit] or [exp.alias_(exp.Literal.number(1), "__dp_one")]
+    projection = [*keys, *values, *unit] or [exp.alias_(exp.Literal.number(1), names.ONE)]
     return tree.select(*projection, append=False, copy=False)
 
 
@@ -167,19 +143,19 @@ def project_fixed_point(tree: exp.Select, context: _Context) -> exp.Select:
     passthrough = [exp.column(c.alias_or_name) for c in tree.expressions]
     integers = []
     for index, spec in sorted(points.items()):
-        value = exp.column(f"{VALUE_PREFIX}{index}")
+        value = exp.column(names.row_value(index))
         integer = value if _precomputed(spec.argument, context) else spec.value_point.centered(value)
-        integers.append(exp.alias_(integer, f"{INTEGER_PREFIX}{index}"))
+        integers.append(exp.alias_(integer, names.row_integer(index)))
     if not integers:
         return tree
-    return exp.select(*passthrough, *integers, copy=False).from_(tree.subquery(VALUES, copy=False), copy=False)
+    return exp.select(*passthrough, *integers, copy=False).from_(tree.subquery(names.VALUES, copy=False), copy=False)
 
 
 def aggregate_measurements(tree: exp.Select, context: _Context) -> exp.Select:
-    keys = [exp.column(f"{KEY_PREFIX}{i}") for i in range(len(context.plan.query.keys))]
-    measures = [exp.alias_(_measurement(m.spec, context), f"{MEASURE_PREFIX}{i}")
+    keys = [exp.column(names.key(i)) for i in range(len(context.plan.query.keys))]
+    measures = [exp.alias_(_measurement(m.spec, context), names.measurement(i))
                 for i, m in enumerate(context.plan.measurements)]
-    outer = exp.select(*keys, *measures, copy=False).from_(tree.subquery(INTEGERS, copy=False), copy=False)
+    outer = exp.select(*keys, *measures, copy=False).from_(tree.subquery(names.INTEGERS, copy=False), copy=False)
     return outer.group_by(*[k.copy() for k in keys], copy=False) if keys else outer
 
 
@@ -198,19 +174,20 @@ def _argument_nodes(context: _Context) -> list[exp.Expression]:
     return [nodes[text] for text in context.arguments]
 
 
-def _value_column(spec: MeasurementSpec, context: _Context, prefix: str = VALUE_PREFIX) -> exp.Column:
-    return exp.column(f"{prefix}{context.arguments.index(spec.argument.sql(DIALECT))}")
+def _value_column(spec: MeasurementSpec, context: _Context,
+                  name: Callable[[int], str] = names.row_value) -> exp.Column:
+    return exp.column(name(context.arguments.index(spec.argument.sql(DIALECT))))
 
 
 def _measurement(spec: MeasurementSpec, context: _Context) -> exp.Expression:
     if spec.kind is MeasurementKind.UNITS:
-        return exp.Count(this=exp.Distinct(expressions=[exp.column(UNIT)]))
+        return exp.Count(this=exp.Distinct(expressions=[exp.column(names.UNIT)]))
     if spec.kind is MeasurementKind.ROWS:
         if spec.argument is None:
             return exp.Count(this=exp.Star())
         return exp.Count(this=_value_column(spec, context))
     value = _value_column(spec, context)
-    centered = _value_column(spec, context, INTEGER_PREFIX)
+    centered = _value_column(spec, context, names.row_integer)
     if spec.kind is MeasurementKind.SUMSQ:
         real = exp.Mul(this=exp.cast(centered, "DOUBLE"), expression=double(float(spec.value_point.step)))
         return exp.Sum(this=spec.square_point.centered(exp.Pow(this=exp.paren(real), expression=exp.Literal.number(2))))
@@ -229,7 +206,7 @@ def _precomputed(argument: exp.Expression, context: _Context) -> str | None:
     if not isinstance(column, exp.Column):
         return None
     policy = context.plan.query.table.columns.get(column.name)
-    return quantized_column(policy.name) if policy is not None and policy.bounded else None
+    return names.quantized_column(policy.name) if policy is not None and policy.bounded else None
 
 
 def _value(argument: exp.Expression, context: _Context) -> exp.Expression:

@@ -22,7 +22,7 @@ from sqlglot import exp
 from sqlglot.dialects.duckdb import DuckDB
 from sqlglot.errors import ParseError, TokenError
 
-from dpsql.errors import DataError, ProgrammingError, QueryRejected
+from dpsql.errors import DataError, ProgrammingError, QueryRejected, first_line
 
 _SQLGLOT_LOG = logging.getLogger("sqlglot")
 
@@ -93,7 +93,7 @@ def parse(sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None)
     try:
         statements = [s for s in sqlglot.parse(sql, read=_PositionedDuckDB) if s is not None]
     except (ParseError, TokenError) as exc:
-        raise ProgrammingError(f"cannot parse the SQL: {_first_line(exc)}") from None
+        raise ProgrammingError(f"cannot parse the SQL: {first_line(exc)}") from None
     except RecursionError:
         raise ProgrammingError("cannot parse the SQL: it is nested too deeply") from None
     finally:
@@ -110,9 +110,6 @@ def parse(sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None)
     return ParsedQuery(sql, _bind(tree, parameters))
 
 
-def _first_line(exc: Exception) -> str:
-    text = str(exc).replace("\x1b[4m", "").replace("\x1b[0m", "")
-    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
 
 
 def _statement_kind(tree: exp.Expression) -> str:

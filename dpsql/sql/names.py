@@ -1,0 +1,113 @@
+"""Every identifier dpsql reserves for itself, in one place.
+
+The stages talk to each other through SQL: the loader writes a ranked copy of each table, the rewrite reads it,
+the checker turns the analyst's SELECT into a query over a table of noisy cells, post-processing runs that query.
+The names of those tables and columns are built here and nowhere else. Every one starts with two underscores, and
+`is_reserved` is what the policy loader uses to refuse a declared table or column that could be mistaken for one.
+
+A stage that needs to know *which* key or aggregate a column stands for reads it from the node's meta
+(`AGGREGATE_INDEX`), set where the column was made, never by parsing its name back.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+RESERVED_PREFIX = "__"
+
+# The post-processing query (release/postprocess.py) reads one table of released cells.
+NOISY_TABLE = "__noisy"
+CELLS_VIEW = "__cells"  # the released cells as handed to post-processing, before their columns are typed
+POSITION = "__position"  # each released row's place in release()'s data-independent order
+
+# Meta key on a column of the outer query that stands for an aggregate: the aggregate's index in
+# CheckedQuery.aggregates.
+AGGREGATE_INDEX = "dpsql_aggregate_index"
+
+# The loaded, ranked copy of each private table (engines/) and the columns the loader adds.
+UNIT = "__dp_unit"  # the privacy unit (or a row number under row privacy)
+ROW_KEY = "__dp_key"  # the secret salted hash that orders one unit's rows
+RANK = "__dp_rank"  # the row's rank within its unit by ROW_KEY
+UNIT_ROWS = "__dp_n"  # how many rows the unit has in all
+TWIN_SCHEMA = "__dp_twin"  # empty copies of the prepared tables, for the dry run
+
+# The bounded query's own subqueries and one-row placeholder (rewrite/).
+FILTERED = "__dp_filtered"
+BOUNDED = "__dp_bounded"
+VALUES = "__dp_values"
+INTEGERS = "__dp_integers"
+ONE = "__dp_one"
+
+
+def key(index: int) -> str:
+    """The column of the index-th group key, in the bounded query's result and in the noisy table."""
+    return f"__k{index}"
+
+
+def aggregate(index: int, part: str | None = None) -> str:
+    """The noisy table's column for an aggregate's value, or for its interval's ends and noise ("lo", "hi", "sd")."""
+    return f"__a{index}" if part is None else f"__a{index}_{part}"
+
+
+def output(index: int, part: str | None = None) -> str:
+    """The post-processing query's index-th output column, or its interval's ends and noise."""
+    return f"__o{index}" if part is None else f"__o{index}_{part}"
+
+
+def measurement(index: int) -> str:
+    """The bounded query's column of the index-th measurement (QueryPlan.measurements)."""
+    return f"__m{index}"
+
+
+def row_value(index: int) -> str:
+    """The index-th distinct aggregated expression of one kept row, clamped."""
+    return f"__v{index}"
+
+
+def row_integer(index: int) -> str:
+    """The same value as a centered fixed-point integer."""
+    return f"__q{index}"
+
+
+def prepared_table(table: str) -> str:
+    """The loaded, ranked copy of a policy table that bounded queries read."""
+    return f"__dp_{table}"
+
+
+def quantized_column(column: str) -> str:
+    """The loader's precomputed fixed-point integer of a bounded column (see dp/fixedpoint.py)."""
+    return f"__dp_q_{column}"
+
+
+def attached_source(table: str) -> str:
+    """The name under which a DuckDB-file source is attached while it is copied in."""
+    return f"__dp_src_{table}"
+
+
+def is_reserved(name: str) -> bool:
+    return name.startswith(RESERVED_PREFIX)
+
+
+def aggregate_column(index: int) -> exp.Column:
+    """A column of the noisy table standing for aggregate `index`, carrying the index for later stages."""
+    column = exp.column(aggregate(index))
+    column.meta[AGGREGATE_INDEX] = index
+    return column
+
+
+def aggregate_index(node: exp.Expression) -> int | None:
+    """The aggregate a column made by `aggregate_column` stands for; None for any other node."""
+    return node.meta.get(AGGREGATE_INDEX) if isinstance(node, exp.Column) else None
+
+
+def key_column(index: int) -> exp.Column:
+    column = exp.column(key(index))
+    column.meta[KEY_INDEX] = index
+    return column
+
+
+KEY_INDEX = "dpsql_key_index"
+
+
+def key_index(node: exp.Expression) -> int | None:
+    return node.meta.get(KEY_INDEX) if isinstance(node, exp.Column) else None
