@@ -145,12 +145,10 @@ class PrivateSession:
 
 
 def _epsilon(value: Any) -> Fraction:
-    if isinstance(value, bool) or not isinstance(value, int | float | str | Fraction):
+    """The core takes numbers only: text is parsed by the front end that read it (the CLI's EpsilonType)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | Fraction):
         raise DataError(f"epsilon must be a number, got {type(value).__name__}")
-    try:
-        number = float(value)
-    except ValueError:
-        raise DataError(f"epsilon must be a number, got {value!r}") from None
+    number = float(value)
     if not math.isfinite(number) or number <= 0:
         raise DataError(f"epsilon must be a finite number > 0, got {value!r}")
     if number < _MIN_EPSILON:

@@ -94,7 +94,7 @@ def test_budget_shows_total_spent_remaining_and_history(visits_policy: Path) -> 
 @pytest.mark.parametrize(("args", "code", "message"), [
     (["query", "SELECT MAX(cost) FROM visits"], 4, "rejected: SELECT MAX(cost): MAX is not supported"),
     (["query", "SELECT COUNT(*) FROM visits; DROP TABLE visits"], 4, "rejected: send one statement"),
-    (["query", "SELECT COUNT(*) FROM visits", "--epsilon", "abc"], 4, "epsilon must be a number"),
+    (["query", "SELECT COUNT(*) FROM visits", "--epsilon", "inf"], 4, "finite number > 0"),
     (["query", "SELECT COUNT(*) FROM visits", "--epsilon", "51"], 4, "more than the whole budget"),
     (["query", "SELECT COUNT(*) FROM visits", "--epsilon", "0"], 4, "finite number > 0"),
     (["query", "SELEC COUNT(*) FROM visits"], 4, "error: cannot parse the SQL"),
@@ -110,6 +110,7 @@ def test_errors_are_one_line_with_an_exit_code(visits_policy: Path, args, code, 
     ["query"],  # no SQL
     ["query", "SELECT COUNT(*) FROM visits", "--format", "xml"],
     ["query", "SELECT COUNT(*) FROM visits", "--no-such-option"],
+    ["query", "SELECT COUNT(*) FROM visits", "--epsilon", "abc"],  # text that is no number: click's type says so
     ["frobnicate"],
 ])
 def test_usage_errors_exit_2_and_differ_from_refusals(visits_policy: Path, args) -> None:

@@ -79,6 +79,17 @@ def test_parameters_are_bound_safely_in_every_style(con) -> None:
         cur.execute("SELECT COUNT(*) FROM pums WHERE age > ?", (float("nan"),))
 
 
+@pytest.mark.parametrize(("epsilon", "problem"), [
+    ("0.5", "epsilon must be a number, got str"), (True, "epsilon must be a number, got bool"),
+    (float("inf"), "finite number > 0"), (0, "finite number > 0"), (1e-12, "below 1e-09"),
+])
+def test_epsilon_must_be_a_usable_number_and_a_refusal_costs_nothing(con, epsilon, problem) -> None:
+    before = con.budget().queries
+    with pytest.raises(dpsql.DataError, match=problem):
+        con.cursor().execute("SELECT COUNT(*) FROM pums", epsilon=epsilon)
+    assert con.budget().queries == before
+
+
 def test_executemany_charges_each_run(con) -> None:
     before = con.budget().queries
     cur = con.cursor().executemany("SELECT COUNT(*) FROM pums WHERE sex = ?", [(0,), (1,)], epsilon=0.1)

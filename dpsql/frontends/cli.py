@@ -1,17 +1,19 @@
 """The `dpsql` command line. Errors are one line on stderr and an exit code, never a traceback.
 
 Exit codes: 0 answered; 1 a broken policy, ledger or engine failure; 2 a usage error (click's convention: a missing
-argument or option, a bad option value); 3 a query refused for lack of budget; 4 a query that cannot be answered
-(malformed, rejected, bad parameters or epsilon); 70 an internal error (a bug: please report). Each error class
-carries its own code (`dpsql.errors`).
+argument or option, a bad option value such as an --epsilon that is no number); 3 a query refused for lack of
+budget; 4 a query that cannot be answered (malformed, rejected, bad parameters, an epsilon the budget cannot take);
+70 an internal error (a bug: please report). Each error class carries its own code (`dpsql.errors`).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import os
 import sys
 from collections.abc import Callable
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,7 @@ from dpsql.frontends.skeleton import skeleton
 from dpsql.policy import load_policy
 from dpsql.session import PrivateSession
 from dpsql.sql.parse import TextParameter
-from dpsql.store.ledger import BudgetLedger
+from dpsql.store.ledger import BudgetLedger, exact
 
 
 def _fail(message: str, code: int) -> None:
@@ -55,7 +57,23 @@ _policy_option = click.option("--policy", "policy", envvar="DPSQL_POLICY", requi
                               help="The steward's policy file (or $DPSQL_POLICY).")
 _analyst_option = click.option("--analyst", envvar="DPSQL_ANALYST", default=None,
                                help="Whose budget to spend (default: the login name, or $DPSQL_ANALYST).")
-_epsilon_option = click.option("--epsilon", type=str, default=None,
+class EpsilonType(click.ParamType):
+    """--epsilon as the exact rational the user typed (0.1 is 1/10, not the nearest float). Text that is no number
+    is a usage error; a number the budget cannot take (0, inf, more than the budget) is refused by the session."""
+
+    name = "number"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Fraction | float:
+        if isinstance(value, Fraction | float):
+            return value
+        try:
+            number = float(value)
+        except ValueError:
+            self.fail(f"{value!r} is not a number", param, ctx)
+        return exact(value.strip()) if math.isfinite(number) else number
+
+
+_epsilon_option = click.option("--epsilon", type=EpsilonType(), default=None,
                                help="The privacy cost of this query (default: the policy's query_epsilon).")
 _param_option = click.option("--param", "-p", "params", multiple=True,
                              help="A query parameter: VALUE for ? placeholders (in order), NAME=VALUE for :name.")
@@ -89,7 +107,7 @@ def main() -> None:
 @click.option("--ci", is_flag=True, help="Show each noisy value's 95% confidence interval.")
 @_param_option
 @_errors_as_messages
-def query(sql: str, policy: Path, epsilon: str | None, analyst: str | None, fmt: str, ci: bool,
+def query(sql: str, policy: Path, epsilon: Fraction | float | None, analyst: str | None, fmt: str, ci: bool,
           params: tuple[str, ...]) -> None:
     """Run SQL privately: charge the budget, add calibrated noise, print the answer."""
     session = PrivateSession(policy, analyst)
@@ -110,7 +128,7 @@ def query(sql: str, policy: Path, epsilon: str | None, analyst: str | None, fmt:
 @_epsilon_option
 @_param_option
 @_errors_as_messages
-def explain_command(sql: str, policy: Path, epsilon: str | None, params: tuple[str, ...]) -> None:
+def explain_command(sql: str, policy: Path, epsilon: Fraction | float | None, params: tuple[str, ...]) -> None:
     """Show the rewritten SQL, each cell's mechanism, noise and interval, and the cost. Spends nothing."""
     session = PrivateSession(policy)
     try:
