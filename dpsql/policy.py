@@ -229,12 +229,15 @@ class _Reader:
                       + f", got {value!r}")
         return value
 
+    def name(self, where: str, name: str, kind: str) -> None:
+        if not name.isidentifier():
+            self.fail(where, "name", f"a {kind} name must be a plain identifier (letters, digits, underscore)")
+        if is_reserved(name):
+            self.fail(where, "name", f"{kind} names starting with '{RESERVED_PREFIX}' are reserved for dpsql's own")
+
     def table(self, name: str, raw: Any) -> TablePolicy:
         where = f"table '{name}'"
-        if not name.isidentifier():
-            self.fail(where, "name", "a table name must be a plain identifier (letters, digits, underscore)")
-        if is_reserved(name):
-            self.fail(where, "name", f"table names starting with '{RESERVED_PREFIX}' are reserved for dpsql's own")
+        self.name(where, name, "table")
         if not isinstance(raw, dict):
             self.fail(where, "", "expected a table of keys")
         self.keys(raw, where, _TABLE_KEYS)
@@ -296,10 +299,7 @@ class _Reader:
 
     def column(self, where: str, name: str, raw: Any) -> ColumnPolicy:
         here = f"{where}, column '{name}'"
-        if not name.isidentifier():
-            self.fail(here, "name", "a column name must be a plain identifier (letters, digits, underscore)")
-        if is_reserved(name):
-            self.fail(here, "name", f"column names starting with '{RESERVED_PREFIX}' are reserved for dpsql's own")
+        self.name(here, name, "column")
         if not isinstance(raw, dict):
             self.fail(here, "", "expected a table of keys such as { type = \"int\" }")
         self.keys(raw, here, _COLUMN_KEYS)
