@@ -137,8 +137,8 @@ class Aggregate(ABC):
 
     @abstractmethod
     def recipe(self, call: AggregateCall, max_rows: int, measures: Measures, plain: bool) -> OutputRecipe:
-        """Ask `measures` for what `call` needs, with the weight of each in the budget split: each weight is the
-        output's squared relative error per unit of that measurement's noise variance (values assumed spread
+        """Ask `measures` for what `call` needs, with the weight of each in the budget split: how much one unit of
+        that measurement's noise variance adds to the output's squared relative error (values assumed spread
         over their bounds). `plain` is the planner's choice for a kind measured two ways."""
 
     @abstractmethod
