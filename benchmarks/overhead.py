@@ -22,6 +22,7 @@ from typing import Any
 from benchmarks.datasets import pums
 from benchmarks.workload import Query, basic_aggregates
 from dpsql.analysis.check import check
+from dpsql.planning.aggregates import VOCABULARY
 from dpsql.planning.plan import plan
 from dpsql.release.cells import release
 from dpsql.rewrite.passes import rewrite
@@ -67,7 +68,7 @@ def _new_text(rep: int) -> str:
 def _staged(session: PrivateSession, sql: str, clock: Callable[[str, Callable[[], Any]], Any]) -> None:
     """PrivateSession.execute, one stage at a time (keep in step with dpsql/session.py)."""
     parsed = clock("parse", lambda: parse(sql, None))
-    checked = clock("check", lambda: check(parsed, session.policy))
+    checked = clock("check", lambda: check(parsed, session.policy, VOCABULARY))
     query_plan = clock("plan", lambda: plan(checked, session._budget(EPSILON)))
     bounded = clock("rewrite", lambda: rewrite(query_plan))
     types = clock("dry_run", lambda: session.engine.dry_run(bounded.sql))

@@ -8,7 +8,6 @@ in particular never from the data, which would itself leak.
 from __future__ import annotations
 
 import glob
-import hashlib
 import math
 import tomllib
 from dataclasses import dataclass, field
@@ -144,7 +143,6 @@ class Policy:
     path: Path
     tables: dict[str, TablePolicy]
     budget: BudgetPolicy
-    fingerprint: str  # sha256 of the policy file: the ledger and the answer cache are keyed by it
     time_limit: float = DEFAULT_TIME_LIMIT  # seconds a query may run on the data before it fails ([engine])
 
     def table(self, name: str) -> TablePolicy | None:
@@ -178,7 +176,7 @@ def load_policy(path: str | Path) -> Policy:
     reader.keys(engine, "[engine]", {"time_limit_seconds"})
     time_limit = reader.number(engine, "[engine]", "time_limit_seconds", default=DEFAULT_TIME_LIMIT,
                                hi=_MAX_TIME_LIMIT)
-    return Policy(path, tables, budget, hashlib.sha256(raw_bytes).hexdigest(), time_limit)
+    return Policy(path, tables, budget, time_limit)
 
 
 _TABLE_KEYS = {"source", "format", "table", "privacy_unit", "row_privacy", "max_rows_per_unit", "columns"}

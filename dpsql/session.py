@@ -11,7 +11,7 @@ import contextlib
 import getpass
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -20,9 +20,10 @@ from dpsql.analysis.check import check
 from dpsql.dp.noise import RandomSource, SecureRandom
 from dpsql.engines.duckdb_engine import Engine
 from dpsql.errors import DataError, ExecutionFailed, ProgrammingError
+from dpsql.planning.aggregates import VOCABULARY
 from dpsql.planning.plan import Budget, Cost, QueryPlan, plan
 from dpsql.policy import MechanismKind, Policy, load_policy
-from dpsql.release.cells import release
+from dpsql.release.cells import release, release_no_groups
 from dpsql.release.postprocess import PostProcessor
 from dpsql.rewrite.passes import BoundedQuery, rewrite
 from dpsql.sql.parse import parse
@@ -84,7 +85,7 @@ class PrivateSession:
         key = (sql, repr(parameters), budget)
         prepared = self._prepared.get(key)
         if prepared is None:
-            query_plan = plan(check(parse(sql, parameters), self.policy), budget)
+            query_plan = plan(check(parse(sql, parameters), self.policy, VOCABULARY), budget)
             bounded = rewrite(query_plan)
             types = self.engine.dry_run(bounded.sql)
             prepared = PreparedQuery(query_plan, bounded, types[:bounded.key_count])
@@ -97,7 +98,7 @@ class PrivateSession:
     def _rehearse(self, prepared: PreparedQuery) -> None:
         """Run the stages after the charge on no groups at all: whatever fails whatever the data (an interval's
         arithmetic, a type error in ORDER BY) fails here, before the charge, and costs nothing."""
-        empty = release(replace(prepared.plan, domains=None), [], self.rng)
+        empty = release_no_groups(prepared.plan)
         self.post.run(prepared.plan.query, prepared.key_types, empty)
 
     def execute(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None, *,

@@ -96,7 +96,7 @@ def test_a_released_cell_has_the_noise_its_plan_claims(pums_session) -> None:
 @pytest.mark.parametrize(("sql", "column", "epsilon"), [
     ("SELECT sex, COUNT(*) FROM pums GROUP BY sex", 0, 0.05),
     ("SELECT sex, COUNT(*), SUM(income) FROM pums GROUP BY sex", 1, 0.05),  # S' + mid * N': two noises
-    ("SELECT sex, AVG(income) FROM pums GROUP BY sex", 0, 0.05),  # a ratio: interval by the delta method
+    ("SELECT sex, AVG(income) FROM pums GROUP BY sex", 0, 0.05),  # a ratio: a fiducial interval
     ("SELECT married, AVG(age) FROM pums WHERE age > 40 GROUP BY married", 0, 0.05),  # count noise ~25%
     ("SELECT married, VAR_POP(income) FROM pums GROUP BY married", 0, 0.01),  # noise far above the signal
     ("SELECT married, STDDEV(age) FROM pums GROUP BY married", 0, 1.0),

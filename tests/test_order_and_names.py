@@ -15,6 +15,7 @@ import pytest
 from sqlglot import exp
 
 from dpsql.analysis.check import check
+from dpsql.planning.aggregates import VOCABULARY
 from dpsql.policy import load_policy
 from dpsql.sql import names
 from dpsql.sql.parse import parse
@@ -56,7 +57,8 @@ def test_order_by_is_evaluated_only_over_the_released_rows(pums_session) -> None
 
 
 def _names(policy: Path, select_list: str) -> list[str]:
-    return list(check(parse(f"SELECT {select_list} FROM pums GROUP BY educ"), load_policy(policy)).output_names)
+    checked = check(parse(f"SELECT {select_list} FROM pums GROUP BY educ"), load_policy(policy), VOCABULARY)
+    return list(checked.output_names)
 
 
 def test_unaliased_outputs_are_named_as_duckdb_names_them(pums_policy: Path) -> None:

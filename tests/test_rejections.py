@@ -9,6 +9,7 @@ import pytest
 
 from dpsql.analysis.check import check
 from dpsql.errors import BudgetExhausted, DataError, Error, ProgrammingError, QueryRejected
+from dpsql.planning.aggregates import VOCABULARY
 from dpsql.policy import load_policy
 from dpsql.session import PrivateSession
 from dpsql.sql.parse import parse
@@ -99,7 +100,7 @@ def test_rejections_are_decided_without_the_data(pums_policy: Path, sql, error, 
     (pums_policy.parent / "PUMS_pid.csv").unlink()  # the data is gone: the same rejection still comes out
     with pytest.raises(error, match=message):
         try:
-            check(parse(sql), policy)
+            check(parse(sql), policy, VOCABULARY)
         except (QueryRejected, ProgrammingError):
             raise
         else:  # a type error can only be found by the dry run on the schema twin

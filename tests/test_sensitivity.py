@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from dpsql.analysis.check import check
 from dpsql.engines.duckdb_engine import Engine
 from dpsql.frontends.explain import explain
+from dpsql.planning.aggregates import VOCABULARY
 from dpsql.planning.plan import Budget, plan
 from dpsql.policy import Accounting, MechanismKind, load_policy
 from dpsql.rewrite.passes import rewrite
@@ -58,7 +59,7 @@ def _write(folder: Path, units: list[list[tuple]], m: int) -> Path:
 
 def _measurements(policy_path: Path, sql: str, seed: int):
     policy = load_policy(policy_path)
-    query_plan = plan(check(parse(sql), policy),
+    query_plan = plan(check(parse(sql), policy, VOCABULARY),
                       Budget(Fraction(1), Fraction(1, 10**8), Accounting.PURE, MechanismKind.LAPLACE))
     engine = Engine(policy, bounding_seed=seed)
     try:

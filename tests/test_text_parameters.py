@@ -11,6 +11,7 @@ import pytest
 
 from dpsql.analysis.check import check
 from dpsql.errors import DataError
+from dpsql.planning.aggregates import VOCABULARY
 from dpsql.policy import load_policy
 from dpsql.sql.parse import TextParameter, parse
 from tests.conftest import write_policy
@@ -28,12 +29,12 @@ def policy(tmp_path: Path):
 
 
 def _where(sql: str, texts: list[str], policy) -> str:
-    checked = check(parse(sql, [TextParameter(t) for t in texts]), policy)
+    checked = check(parse(sql, [TextParameter(t) for t in texts]), policy, VOCABULARY)
     return checked.where.sql("duckdb")
 
 
 def _typed_where(sql: str, values: list[object], policy) -> str:
-    return check(parse(sql, values), policy).where.sql("duckdb")
+    return check(parse(sql, values), policy, VOCABULARY).where.sql("duckdb")
 
 
 @pytest.mark.parametrize(("condition", "text", "value"), [
@@ -57,12 +58,12 @@ def test_a_text_parameter_takes_the_type_of_the_column_it_is_compared_with(polic
 ])
 def test_a_text_parameter_that_does_not_convert_is_refused_naming_the_column(policy, condition, text, kind) -> None:
     with pytest.raises(DataError, match=f"parameter '{text}' is compared with the {kind} column"):
-        check(parse(f"SELECT COUNT(*) FROM people WHERE {condition}", [TextParameter(text)]), policy)
+        check(parse(f"SELECT COUNT(*) FROM people WHERE {condition}", [TextParameter(text)]), policy, VOCABULARY)
 
 
 def test_without_a_column_to_compare_with_a_number_is_a_number_and_anything_else_text(policy) -> None:
     sql = "SELECT SUM(CASE WHEN age > 1 THEN ? ELSE 0 END) FROM people WHERE age + ? > 3 LIMIT ?"
-    as_text = check(parse(sql, [TextParameter("2"), TextParameter("0.5"), TextParameter("7")]), policy)
-    typed = check(parse(sql, [2, decimal.Decimal("0.5"), 7]), policy)
+    as_text = check(parse(sql, [TextParameter("2"), TextParameter("0.5"), TextParameter("7")]), policy, VOCABULARY)
+    typed = check(parse(sql, [2, decimal.Decimal("0.5"), 7]), policy, VOCABULARY)
     assert as_text.where == typed.where and as_text.outer == typed.outer
     assert as_text.aggregates[0].interval == typed.aggregates[0].interval

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
-from enum import StrEnum
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, NewType
 
 import duckdb
 from sqlglot import exp
@@ -30,27 +30,24 @@ from dpsql.policy import ColumnType, Policy, TablePolicy
 from dpsql.sql import names
 from dpsql.sql.parse import DIALECT, ParsedQuery
 
+# The name of one supported aggregate ("sum", "var_samp"). Everything else about it (the calls that ask for it,
+# how it is measured, estimated and explained) is in its module of dpsql/planning/aggregates, whose registry is
+# the list of what is supported. This layer lies below planning, so the registry hands the checker what it needs
+# to read calls: a Vocabulary.
+AggregateKind = NewType("AggregateKind", str)
 
-class AggregateKind(StrEnum):
-    COUNT = "count"
-    COUNT_UNITS = "count_units"
-    SUM = "sum"
-    AVG = "avg"
-    VAR_SAMP = "var_samp"
-    VAR_POP = "var_pop"
-    STDDEV_SAMP = "stddev_samp"
-    STDDEV_POP = "stddev_pop"
+# COUNT is parsed here (its argument decides between COUNT(*), COUNT(expr) and COUNT(DISTINCT unit)): the two
+# kinds it can give are named here, and their modules in the registry use these names.
+COUNT = AggregateKind("count")
+COUNT_UNITS = AggregateKind("count_units")
 
 
-_AGGREGATES: dict[type[exp.Expression], AggregateKind] = {
-    exp.Sum: AggregateKind.SUM,
-    exp.Avg: AggregateKind.AVG,
-    exp.Variance: AggregateKind.VAR_SAMP,
-    exp.VariancePop: AggregateKind.VAR_POP,
-    exp.Stddev: AggregateKind.STDDEV_SAMP,
-    exp.StddevSamp: AggregateKind.STDDEV_SAMP,
-    exp.StddevPop: AggregateKind.STDDEV_POP,
-}
+@dataclass(frozen=True)
+class Vocabulary:
+    """The aggregates a query may use besides COUNT, from the registry in dpsql/planning/aggregates."""
+
+    functions: Mapping[type[exp.Expression], AggregateKind]  # each sqlglot call and the kind it asks for
+    supported: str  # every supported aggregate, for the message that refuses another
 
 
 @dataclass(frozen=True)
@@ -67,7 +64,7 @@ class AggregateCall:
 
     @functools.cached_property
     def key(self) -> tuple[str, str]:
-        return self.kind.value, self.argument.sql(DIALECT) if self.argument is not None else ""
+        return self.kind, self.argument.sql(DIALECT) if self.argument is not None else ""
 
 
 @dataclass(frozen=True)
@@ -105,7 +102,7 @@ def readable(node: exp.Expression) -> str:
 _SELECT_CLAUSES = {"expressions", "from_", "where", "group", "having", "order", "limit", "offset"}
 
 
-def check(parsed: ParsedQuery, policy: Policy) -> CheckedQuery:
+def check(parsed: ParsedQuery, policy: Policy, vocabulary: Vocabulary) -> CheckedQuery:
     tree = parsed.tree.copy()
     for node in list(tree.find_all(exp.Anonymous)):  # VAR(x), which sqlglot does not know: the sample variance
         if node.name.lower() == "var" and len(node.expressions) == 1:
@@ -130,10 +127,10 @@ def check(parsed: ParsedQuery, policy: Policy) -> CheckedQuery:
         vet_row_expression(where.this, "WHERE")
         _type_check(where.this, table, "WHERE", boolean=True)
     keys = tuple(_group_key(e, table) for e in _group_expressions(tree))
-    aggregates: list[AggregateCall] = []
+    aggregates = _AggregateCalls(table, vocabulary)
     outer = _outer_query(tree, table, keys, aggregates)
     _check_constants(tree)
-    if not aggregates:
+    if not aggregates.calls:
         raise QueryRejected("the query has no aggregate: only aggregates such as COUNT(*), SUM, AVG can be "
                             "released privately, never individual rows")
     return CheckedQuery(
@@ -141,7 +138,7 @@ def check(parsed: ParsedQuery, policy: Policy) -> CheckedQuery:
         table=table,
         where=where.this if where is not None else None,
         keys=keys,
-        aggregates=tuple(aggregates),
+        aggregates=tuple(aggregates.calls),
         outer=outer,
         output_names=names,
         output_aggregate=tuple(_single_aggregate(e.this) for e in outer.expressions),
@@ -342,7 +339,7 @@ def _engine_values(results: list[exp.Literal]) -> tuple[Any, ...] | None:
 
 
 def _outer_query(tree: exp.Select, table: TablePolicy, keys: tuple[GroupKey, ...],
-                 aggregates: list[AggregateCall]) -> exp.Select:
+                 aggregates: _AggregateCalls) -> exp.Select:
     """Rewrite the SELECT into post-processing over __noisy: aggregates and group keys become columns."""
     key_index = {k.expression: i for i, k in enumerate(keys)}
     select_items = []
@@ -419,8 +416,26 @@ class _Place:
         return f"{self.clause} {readable(self.node)}".strip() if self.node is not None else self.clause
 
 
+@dataclass
+class _AggregateCalls:
+    """The distinct aggregate calls of a query, in the order they are first met."""
+
+    table: TablePolicy
+    vocabulary: Vocabulary
+    calls: list[AggregateCall] = field(default_factory=list)
+
+    def index(self, node: exp.Expression, context: _Place) -> int:
+        """The index of the call `node`, checked and added if it is new."""
+        call = _aggregate(node, self.table, self.vocabulary, context)
+        keys = [a.key for a in self.calls]
+        if call.key not in keys:
+            self.calls.append(call)
+            keys.append(call.key)
+        return keys.index(call.key)
+
+
 def _replace_private(node: exp.Expression, table: TablePolicy, key_index: dict[exp.Expression, int],
-                     aggregates: list[AggregateCall], context: _Place) -> exp.Expression:
+                     aggregates: _AggregateCalls, context: _Place) -> exp.Expression:
     """A copy of `node` where group keys and aggregates are columns of __noisy; anything else that would read
     a private row is refused. Keys match structurally, the largest matching subtree first (pre-order)."""
     def swap(part: exp.Expression) -> exp.Expression:
@@ -432,12 +447,7 @@ def _replace_private(node: exp.Expression, table: TablePolicy, key_index: dict[e
                                 "(ORDER BY COUNT(*) DESC LIMIT 10); for a total over all groups, ask it in its own "
                                 "query without GROUP BY")
         if isinstance(part, exp.AggFunc | exp.Filter):
-            call = _aggregate(part, table, context)
-            keys = [a.key for a in aggregates]
-            if call.key not in keys:
-                aggregates.append(call)
-                keys.append(call.key)
-            return names.aggregate_column(keys.index(call.key))
+            return names.aggregate_column(aggregates.index(part, context))
         return part
 
     result = node.copy().transform(swap, copy=False)
@@ -454,7 +464,7 @@ def _replace_private(node: exp.Expression, table: TablePolicy, key_index: dict[e
     return result
 
 
-def _aggregate(node: exp.Expression, table: TablePolicy, context: _Place) -> AggregateCall:
+def _aggregate(node: exp.Expression, table: TablePolicy, vocabulary: Vocabulary, context: _Place) -> AggregateCall:
     text = _Place("", node)  # rendered only for a message
     if isinstance(node, exp.Filter):
         raise QueryRejected(f"{text}: FILTER (WHERE ...) is not supported; put the condition in a CASE inside "
@@ -463,15 +473,15 @@ def _aggregate(node: exp.Expression, table: TablePolicy, context: _Place) -> Agg
         raise QueryRejected(f"{text}: an aggregate inside an aggregate is not supported")
     if isinstance(node, exp.Count):
         return _count(node, table, text)
-    kind = _AGGREGATES.get(type(node))
+    kind = vocabulary.functions.get(type(node))
     if kind is None:
         name = node.sql_name() if isinstance(node, exp.Func) else type(node).__name__
         raise QueryRejected(f"{context}: {name.upper()} is not supported: a single person can move it without "
-                            "bound, so it has no differentially private answer here (supported: COUNT, "
-                            "COUNT(DISTINCT unit), SUM, AVG, VAR, STDDEV)")
+                            f"bound, so it has no differentially private answer here (supported: "
+                            f"{vocabulary.supported})")
     argument = node.this
     if isinstance(argument, exp.Distinct):
-        raise QueryRejected(f"{text}: DISTINCT inside {kind.value.upper()} is not supported")
+        raise QueryRejected(f"{text}: DISTINCT inside {kind.upper()} is not supported")
     vet_row_expression(argument, text)
     _type_check(argument, table, text, numeric=True)
     try:
@@ -484,19 +494,19 @@ def _aggregate(node: exp.Expression, table: TablePolicy, context: _Place) -> Agg
 def _count(node: exp.Count, table: TablePolicy, text: _Place) -> AggregateCall:
     argument = node.this
     if argument is None or isinstance(argument, exp.Star):
-        return AggregateCall(AggregateKind.COUNT, None, None, False, node)
+        return AggregateCall(COUNT, None, None, False, node)
     if isinstance(argument, exp.Distinct):
         inner = argument.expressions
         if (len(inner) == 1 and isinstance(inner[0], exp.Column) and table.privacy_unit is not None
                 and inner[0].name == table.privacy_unit):
-            return AggregateCall(AggregateKind.COUNT_UNITS, None, None, False, node)
+            return AggregateCall(COUNT_UNITS, None, None, False, node)
         unit = f"COUNT(DISTINCT {table.privacy_unit})" if table.privacy_unit else "COUNT(*) (one row per person)"
         raise QueryRejected(f"{text}: COUNT(DISTINCT ...) is only supported on the privacy unit: {unit}")
     vet_row_expression(argument, text)
     _type_check(argument, table, text)
     if not _nullable(argument, table):
-        return AggregateCall(AggregateKind.COUNT, None, None, False, node)
-    return AggregateCall(AggregateKind.COUNT, argument, None, True, node)
+        return AggregateCall(COUNT, None, None, False, node)
+    return AggregateCall(COUNT, argument, None, True, node)
 
 
 def _nullable(expression: exp.Expression, table: TablePolicy) -> bool:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dpsql.analysis.check import AggregateKind
-from dpsql.planning.plan import Measurement, OutputRecipe, QueryPlan
+from dpsql.planning.aggregates import LEVEL, aggregate
+from dpsql.planning.aggregates.base import number
+from dpsql.planning.measurements import Measurement
+from dpsql.planning.plan import QueryPlan
 from dpsql.policy import Accounting, MechanismKind
-from dpsql.release.cells import LEVEL
 from dpsql.rewrite.passes import pretty
 from dpsql.sql import names
 from dpsql.sql.parse import DIALECT
@@ -17,12 +18,12 @@ def explain(query_plan: QueryPlan) -> str:
     query = query_plan.query
     table = query.table
     lines = [f"Cost: {_cost(query_plan)}"]
-    if query_plan.accounting is Accounting.ZCDP:
+    if query_plan.budget.accounting is Accounting.ZCDP:
         lines += _zcdp_guarantee(query_plan)
     unit = "each row is its own unit (row privacy)" if table.row_privacy else f"privacy unit '{table.privacy_unit}'"
     lines.append(f"Contribution bound: at most {query_plan.max_rows} row(s) per unit in this query; {unit}")
     lines.append(_groups(query_plan))
-    share = "epsilon" if query_plan.accounting is Accounting.PURE else "rho"
+    share = "epsilon" if query_plan.budget.accounting is Accounting.PURE else "rho"
     lines += ["", f"Measurements ({share} split to minimise the summed squared relative error of the outputs, "
                   "assuming values spread over their bounds):"]
     header = ("", "measures", "mechanism", "sensitivity", share, "noise scale", f"{LEVEL:.0%} +/-")
@@ -30,7 +31,7 @@ def explain(query_plan: QueryPlan) -> str:
     lines += _table(rows)
     lines += ["", "Outputs (post-processing of the measurements, free):"]
     for recipe in query_plan.recipes:
-        lines.append(f"  {recipe.call.text} = {_formula(recipe, query_plan.measurements)}")
+        lines.append(f"  {recipe.call.text} = {aggregate(recipe.call).explain(recipe, query_plan.measurements)}")
     if _post_processes(query_plan):
         lines += ["", f"Then, on the noisy cells only: {_readable_outer(query_plan)}"]
     lines += ["", "Rewritten SQL (runs on the data, enforces the bounds):", _indent(pretty(query_plan))]
@@ -65,9 +66,9 @@ def _readable_outer(query_plan: QueryPlan) -> str:
 def _cost(query_plan: QueryPlan) -> str:
     cost = query_plan.cost
     text = f"epsilon {float(cost.epsilon):g}, delta {float(cost.delta):g}"
-    if query_plan.accounting is Accounting.ZCDP:
+    if query_plan.budget.accounting is Accounting.ZCDP:
         text += f" (zCDP: rho {float(cost.rho):g})"
-    return text + f"; mechanism {query_plan.mechanism.value}"
+    return text + f"; mechanism {query_plan.budget.mechanism.value}"
 
 
 def _zcdp_guarantee(query_plan: QueryPlan) -> list[str]:
@@ -78,11 +79,11 @@ def _zcdp_guarantee(query_plan: QueryPlan) -> list[str]:
     selection = f", delta {float(cost.delta):g} for partition selection" if cost.delta else ""
     lines = [f"Charged: rho {rho:g} (zCDP accounting: the ledger adds up rho and converts the total to (epsilon, "
              f"delta)); the epsilon {float(cost.epsilon):g} above is nominal, sqrt(2 rho)."]
-    if query_plan.mechanism is MechanismKind.GAUSSIAN:
+    if query_plan.budget.mechanism is MechanismKind.GAUSSIAN:
         lines.append(f"On its own: {rho:g}-zCDP{selection}; Gaussian noise has no pure-DP guarantee.")
         return lines
     epsilons = [float(m.mechanism.epsilon) for m in query_plan.measurements if m.sensitivity]
-    lines.append(f"On its own: epsilon {_num(sum(epsilons))} pure DP{selection}: the sum over its {len(epsilons)} "
+    lines.append(f"On its own: epsilon {number(sum(epsilons))} pure DP{selection}: the sum over its {len(epsilons)} "
                  "Laplace measurement(s) of sqrt(2 rho_j), more than sqrt(2 rho) when there are several.")
     return lines
 
@@ -104,33 +105,8 @@ def _groups(query_plan: QueryPlan) -> str:
 
 def _measurement_row(index: int, m: Measurement) -> tuple[str, ...]:
     step = float(m.spec.step)
-    return (f"m{index}", m.spec.label, m.mechanism.name, _num(m.sensitivity * step), _num(m.share),
-            _num(float(m.mechanism.scale) * step), _num(m.mechanism.half_width(LEVEL) * step))
-
-
-def _formula(recipe: OutputRecipe, measurements: tuple[Measurement, ...]) -> str:
-    kind = recipe.call.kind
-    if kind in (AggregateKind.COUNT, AggregateKind.COUNT_UNITS):
-        width = measurements[recipe.count].mechanism.half_width(LEVEL)
-        return f"m{recipe.count}, at least 0; {LEVEL:.0%} interval +/-{_num(width)}"
-    if recipe.count is None:
-        m = measurements[recipe.total]
-        return f"m{recipe.total}; {LEVEL:.0%} interval +/-{_num(m.mechanism.half_width(LEVEL) * float(m.spec.step))}"
-    center = _num(recipe.point.center_value)
-    bounds = f"[{_num(recipe.point.interval.lo)}, {_num(recipe.point.interval.hi)}]"
-    if kind is AggregateKind.SUM:
-        return f"m{recipe.total} + {center} * m{recipe.count}; interval from both noises"
-    if kind is AggregateKind.AVG:
-        s = measurements[recipe.total]
-        width = s.mechanism.half_width(LEVEL) * float(s.spec.step)
-        return (f"{center} + m{recipe.total} / m{recipe.count}, clamped to {bounds}; {LEVEL:.0%} interval about "
-                f"+/-{_num(width)} / count")
-    return (f"from m{recipe.squares} (squares), m{recipe.total} and m{recipe.count}, clamped to what the bounds "
-            f"allow; interval per group by the delta method")
-
-
-def _num(value: float) -> str:
-    return f"{value:.4g}"
+    return (f"m{index}", m.spec.label, m.mechanism.name, number(m.sensitivity * step), number(m.share),
+            number(float(m.mechanism.scale) * step), number(m.mechanism.half_width(LEVEL) * step))
 
 
 def _table(rows: list[tuple[str, ...]]) -> list[str]:

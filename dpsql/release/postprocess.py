@@ -17,21 +17,20 @@ import duckdb
 import numpy as np
 from sqlglot import exp
 
-from dpsql.analysis.check import AggregateKind, CheckedQuery
+from dpsql.analysis.check import AggregateCall, CheckedQuery
 from dpsql.errors import ProgrammingError, first_line
+from dpsql.planning.aggregates import aggregate
 from dpsql.release.cells import ReleasedCells
 from dpsql.sql import names
 from dpsql.sql.lossless import canonical_select, to_python
 from dpsql.sql.parse import DIALECT
 
-_INTEGER_KINDS = (AggregateKind.COUNT, AggregateKind.COUNT_UNITS)
 # names.POSITION: each released row's place in the order release() chose (data-independent). It is the last ORDER BY
-# term of every
-# post-processing query: DuckDB's sort is not stable (it reorders 40 tied rows even on one thread, and with several
-# threads large inputs come back in different orders from run to run), so without it rows with equal noisy values,
-# and the rows a LIMIT keeps, would be chosen by the sort's internals; with it, ties keep release()'s order and the
-# output is a function of the released cells. Analyst SQL cannot name it: the checker lets the outer query read
-# only the key and aggregate columns it made itself.
+# term of every post-processing query: DuckDB's sort is not stable (it reorders 40 tied rows even on one thread, and
+# with several threads large inputs come back in different orders from run to run), so without it rows with equal
+# noisy values, and the rows a LIMIT keeps, would be chosen by the sort's internals; with it, ties keep release()'s
+# order and the output is a function of the released cells. Analyst SQL cannot name it: the checker lets the outer
+# query read only the key and aggregate columns it made itself.
 
 
 @dataclass(frozen=True)
@@ -58,9 +57,8 @@ class PostProcessor:
         casts = [f"CAST({names.key(i)} AS {t}) AS {names.key(i)}" for i, t in enumerate(key_types)]
         casts.append(names.POSITION)
         for j, call in enumerate(query.aggregates):
-            kind = "BIGINT" if call.kind in _INTEGER_KINDS else "DOUBLE"
             value = names.aggregate(j)
-            casts.append(f"CAST(round({value}) AS BIGINT) AS {value}" if kind == "BIGINT" else value)
+            casts.append(f"CAST(round({value}) AS BIGINT) AS {value}" if _integer(call) else value)
             casts += [names.aggregate(j, part) for part in ("lo", "hi", "sd")]
         try:
             self._con.execute(f"CREATE OR REPLACE TABLE {names.NOISY_TABLE} AS SELECT {', '.join(casts)} "
@@ -103,7 +101,7 @@ def _plain_projection(query: CheckedQuery) -> list[tuple[bool, int]] | None:
 def _project(query: CheckedQuery, columns: list[tuple[bool, int]], key_types: list[str],
              cells: ReleasedCells) -> FinalRows:
     rows, intervals, stds = [], [], []
-    integer = [call.kind in _INTEGER_KINDS for call in query.aggregates]
+    integer = [_integer(call) for call in query.aggregates]
     for g, key in enumerate(cells.keys):
         row, interval, std = [], [], []
         for is_key, i in columns:
@@ -119,8 +117,13 @@ def _project(query: CheckedQuery, columns: list[tuple[bool, int]], key_types: li
         rows.append(tuple(row))
         intervals.append(tuple(interval))
         stds.append(tuple(std))
-    types = [key_types[i] if is_key else ("BIGINT" if integer[i] else "DOUBLE") for is_key, i in columns]
+    types = [key_types[i] if is_key else aggregate(query.aggregates[i]).output_type for is_key, i in columns]
     return FinalRows(rows, intervals, stds, types)
+
+
+def _integer(call: AggregateCall) -> bool:
+    """Whether the aggregate's value is released as a whole number (BIGINT, not DOUBLE)."""
+    return aggregate(call).output_type == "BIGINT"
 
 
 def _pair(row: tuple, width: int, i: int) -> tuple[float, float] | None:

@@ -108,7 +108,11 @@ class _Total:
     queries: int = 0
 
     def plus(self, cost: Cost) -> _Total:
-        return _Total(self.epsilon + cost.epsilon, self.delta + cost.delta, self.rho + cost.rho, self.queries + 1)
+        return self.add(cost.epsilon, cost.delta, cost.rho)
+
+    def add(self, epsilon: Fraction, delta: Fraction, rho: Fraction) -> _Total:
+        """The total after one more charge of this epsilon, delta and rho."""
+        return _Total(self.epsilon + epsilon, self.delta + delta, self.rho + rho, self.queries + 1)
 
 
 class BudgetLedger:
@@ -239,7 +243,7 @@ class BudgetLedger:
         where, args = ("", ()) if scope == _EVERYONE else (" WHERE analyst = ?", (scope,))
         total = _Total()
         for epsilon, delta, rho in con.execute(f"SELECT epsilon, delta, rho FROM charges{where}", args):
-            total = total.plus(Cost(Fraction(epsilon), Fraction(delta), Fraction(rho)))
+            total = total.add(Fraction(epsilon), Fraction(delta), Fraction(rho))
         return total
 
     def _store(self, con: sqlite3.Connection, scope: str, total: _Total) -> None:

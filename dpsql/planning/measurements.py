@@ -1,0 +1,118 @@
+"""What a plan measures: noisy vectors of exact integers, and how each output is computed from them.
+
+A *measurement* is one noisy vector: an exact integer per group (a count, or a sum of clamped fixed-point
+values) plus noise from one mechanism. An *output* (an aggregate the analyst asked for) is post-processing of
+measurements: its recipe names the measurements it reads by their index in the plan.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+from enum import StrEnum
+from fractions import Fraction
+
+from sqlglot import exp
+
+from dpsql.analysis.check import AggregateCall, readable
+from dpsql.dp.fixedpoint import FixedPoint
+from dpsql.dp.mechanisms import Mechanism
+from dpsql.sql.parse import DIALECT
+
+
+class MeasurementKind(StrEnum):
+    ROWS = "rows"  # COUNT(*) or COUNT(expr) of the bounded rows
+    UNITS = "units"  # COUNT(DISTINCT privacy unit)
+    SUM = "sum"  # sum of the centered fixed-point value (plus center * count when plain)
+    SUMSQ = "sumsq"  # sum of the squared centered value, itself centered in fixed point
+
+
+@dataclass(frozen=True)
+class MeasurementSpec:
+    """What is measured, before any budget is attached."""
+
+    kind: MeasurementKind
+    argument: exp.Expression | None = None
+    value_point: FixedPoint | None = None  # SUM, SUMSQ: how the argument is held as an integer
+    square_point: FixedPoint | None = None  # SUMSQ: how its squared centered value is held
+    plain: bool = False  # SUM: the uncentered sum
+
+    @functools.cached_property
+    def key(self) -> tuple:
+        return (self.kind, self.argument.sql(DIALECT) if self.argument is not None else None, self.plain)
+
+    @property
+    def label(self) -> str:
+        arg = readable(self.argument) if self.argument is not None else None
+        if self.kind is MeasurementKind.ROWS:
+            return f"COUNT({arg or '*'})"
+        if self.kind is MeasurementKind.UNITS:
+            return "COUNT(DISTINCT unit)"
+        if self.kind is MeasurementKind.SUM:
+            if self.plain:
+                return f"SUM({arg})"
+            return f"SUM({arg} - {self.value_point.center_value:g})"
+        return f"SUM(({arg} - {self.value_point.center_value:g})^2 - {self.square_point.center_value:g})"
+
+    def row_range(self) -> tuple[int, int]:
+        """The integer one row contributes, in grid steps."""
+        if self.kind in (MeasurementKind.ROWS, MeasurementKind.UNITS):
+            return 0, 1
+        point = self.square_point if self.kind is MeasurementKind.SUMSQ else self.value_point
+        shift = point.center if self.plain else 0
+        return shift - point.bound, shift + point.bound
+
+    @property
+    def step(self) -> Fraction:
+        if self.kind is MeasurementKind.SUMSQ:
+            return self.square_point.step
+        if self.kind is MeasurementKind.SUM:
+            return self.value_point.step
+        return Fraction(1)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    spec: MeasurementSpec
+    sensitivity: int  # in grid steps: L1 for Laplace, L2 for Gaussian
+    share: float  # the epsilon (pure) or rho (zCDP) it spends
+    mechanism: Mechanism
+
+    @property
+    def std(self) -> float:
+        """The standard deviation of its noise, in value units."""
+        return math.sqrt(self.mechanism.variance) * float(self.spec.step)
+
+
+@dataclass(frozen=True)
+class OutputRecipe:
+    """How one aggregate call is computed from measurements (indices into QueryPlan.measurements)."""
+
+    call: AggregateCall
+    count: int | None = None
+    total: int | None = None
+    squares: int | None = None
+    point: FixedPoint | None = None
+
+
+@dataclass
+class Measures:
+    """The measurements one way of planning a query needs, each once, with the weight the outputs put on each.
+
+    An output asks for a measurement with `use`; asking again for the same one (COUNT(*) beside AVG's count)
+    returns the index it already has and adds to its weight, so outputs share measurements and their budget.
+    """
+
+    specs: list[MeasurementSpec] = field(default_factory=list)
+    weights: list[float] = field(default_factory=list)
+    _index: dict[tuple, int] = field(default_factory=dict, repr=False)
+
+    def use(self, spec: MeasurementSpec, weight: float) -> int:
+        index = self._index.get(spec.key)
+        if index is None:
+            index = self._index[spec.key] = len(self.specs)
+            self.specs.append(spec)
+            self.weights.append(0.0)
+        self.weights[index] += weight
+        return index
