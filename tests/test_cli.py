@@ -77,7 +77,7 @@ def test_explain_shows_the_plan_and_spends_nothing(visits_policy: Path) -> None:
     assert code == 0
     for expected in ("Cost: epsilon 2, delta 0", "at most 5 row(s) per unit", "discrete Laplace", "COUNT(*)",
                      "SUM(cost - 2500)", "sensitivity", "noise scale", "95% +/-", "Rewritten SQL", "__dp_rank <= 5",
-                     "AVG(cost) = 2500 + m1 / m"):
+                     "AVG(cost) = 2500 + m2 / m1", "COUNT(*) = m0 + m1", "m0 and m1 count disjoint rows"):
         assert expected in out, expected
     code, out, _ = run("budget", "--policy", str(visits_policy))
     assert "0 queries" in out

@@ -35,6 +35,9 @@ QUERIES = [
     "SELECT k > 3, SUM(x * k) FROM t WHERE x IS NOT NULL GROUP BY k > 3",
     "SELECT SUM(CASE WHEN grp = 'a' THEN x ELSE 0 END) FROM t",
     "SELECT grp, city, SUM(k) FROM t WHERE grp <> 'c' GROUP BY grp, city",
+    # x is nullable: COUNT(*) is measured as the disjoint counts of rows where x is NULL and where it is not
+    "SELECT COUNT(*), AVG(x) FROM t",
+    "SELECT grp, COUNT(*), COUNT(x), STDDEV(x) FROM t WHERE k < 8 GROUP BY grp",
 ]
 
 row = st.tuples(
@@ -82,12 +85,17 @@ def test_one_unit_moves_each_measurement_by_at_most_its_sensitivity(tmp_path_fac
     query_plan, full = _measurements(with_unit, query, seed)
     _, neighbour = _measurements(without, query, seed)
     text = explain(query_plan)
+    items: dict[tuple, int] = {}
     for j, measurement in enumerate(query_plan.measurements):
         change = sum(abs(full.get(g, [0] * 99)[j] - neighbour.get(g, [0] * 99)[j])
                      for g in set(full) | set(neighbour))
         assert change <= measurement.sensitivity, (query, measurement.spec.label, change, measurement.sensitivity)
         shown = f"{measurement.sensitivity * float(measurement.spec.step):.4g}"
         assert shown in text  # explain reports the sensitivity that holds
+        items[measurement.spec.budget_item] = items.get(measurement.spec.budget_item, 0) + change
+    # Measurements that spend one share together (counts of disjoint rows) move by at most the sensitivity jointly.
+    for j, measurement in enumerate(query_plan.measurements):
+        assert items[measurement.spec.budget_item] <= measurement.sensitivity, (query, measurement.spec.label)
 
 
 def test_the_worst_case_unit_reaches_the_sensitivity(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ def explain(query_plan: QueryPlan) -> str:
     header = ("", "measures", "mechanism", "sensitivity", share, "noise scale", f"{LEVEL:.0%} +/-")
     rows = [header] + [_measurement_row(i, m) for i, m in enumerate(query_plan.measurements)]
     lines += _table(rows)
+    lines += _shared_shares(query_plan)
     lines += ["", "Outputs (post-processing of the measurements, free):"]
     for recipe in query_plan.recipes:
         lines.append(f"  {recipe.call.text} = {aggregate(recipe.call).explain(recipe, query_plan.measurements)}")
@@ -82,9 +83,12 @@ def _zcdp_guarantee(query_plan: QueryPlan) -> list[str]:
     if query_plan.budget.mechanism is MechanismKind.GAUSSIAN:
         lines.append(f"On its own: {rho:g}-zCDP{selection}; Gaussian noise has no pure-DP guarantee.")
         return lines
-    epsilons = [float(m.mechanism.epsilon) for m in query_plan.measurements if m.sensitivity]
+    # Measurements of disjoint rows spend their budget item's share once (parallel composition).
+    epsilons = list({m.spec.budget_item: float(m.mechanism.epsilon) for m in query_plan.measurements
+                     if m.sensitivity}.values())
     lines.append(f"On its own: epsilon {number(sum(epsilons))} pure DP{selection}: the sum over its {len(epsilons)} "
-                 "Laplace measurement(s) of sqrt(2 rho_j), more than sqrt(2 rho) when there are several.")
+                 "Laplace measurement(s) of sqrt(2 rho_j), more than sqrt(2 rho) when there are several (counts of "
+                 "disjoint rows are one measurement here).")
     return lines
 
 
@@ -101,6 +105,15 @@ def _groups(query_plan: QueryPlan) -> str:
     selection = query_plan.selection
     return (f"Groups: {', '.join(k.text for k in keys)}: chosen by DP partition selection: a group is released when "
             f"its noisy row count is at least {selection.threshold} (delta {selection.delta:g})")
+
+
+def _shared_shares(query_plan: QueryPlan) -> list[str]:
+    """Say which measurements count disjoint rows and so spend one share together."""
+    items: dict[tuple, list[int]] = {}
+    for i, m in enumerate(query_plan.measurements):
+        items.setdefault(m.spec.budget_item, []).append(i)
+    return [f"  {' and '.join(f'm{i}' for i in indices)} count disjoint rows (each row is in exactly one): they "
+            f"spend one share together (parallel composition)" for indices in items.values() if len(indices) > 1]
 
 
 def _measurement_row(index: int, m: Measurement) -> tuple[str, ...]:

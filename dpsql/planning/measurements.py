@@ -23,6 +23,7 @@ from dpsql.sql.parse import DIALECT
 
 class MeasurementKind(StrEnum):
     ROWS = "rows"  # COUNT(*) or COUNT(expr) of the bounded rows
+    NULLS = "nulls"  # the bounded rows where expr is NULL: disjoint from ROWS(expr), see `budget_item`
     UNITS = "units"  # COUNT(DISTINCT privacy unit)
     SUM = "sum"  # sum of the centered fixed-point value (plus center * count when plain)
     SUMSQ = "sumsq"  # sum of the squared centered value, itself centered in fixed point
@@ -42,11 +43,26 @@ class MeasurementSpec:
     def key(self) -> tuple:
         return (self.kind, self.argument.sql(DIALECT) if self.argument is not None else None, self.plain)
 
+    @functools.cached_property
+    def budget_item(self) -> tuple:
+        """Measurements with the same budget item count disjoint sets of rows, so they spend one share together.
+
+        ROWS(x) counts the rows where x is not NULL and NULLS(x) those where it is: every row is in exactly one,
+        so one unit's at most m rows move the two vectors together by at most m in L1 and in L2, the sensitivity
+        each has on its own. Noise calibrated to that sensitivity and one share on each therefore costs that share
+        once (parallel composition), and COUNT(*) = NULLS(x) + ROWS(x) comes at no extra cost.
+        """
+        if self.kind in (MeasurementKind.ROWS, MeasurementKind.NULLS) and self.argument is not None:
+            return ("rows by null", self.argument.sql(DIALECT))
+        return self.key
+
     @property
     def label(self) -> str:
         arg = readable(self.argument) if self.argument is not None else None
         if self.kind is MeasurementKind.ROWS:
             return f"COUNT({arg or '*'})"
+        if self.kind is MeasurementKind.NULLS:
+            return f"COUNT(*) WHERE {arg} IS NULL"
         if self.kind is MeasurementKind.UNITS:
             return "COUNT(DISTINCT unit)"
         if self.kind is MeasurementKind.SUM:
@@ -57,7 +73,7 @@ class MeasurementSpec:
 
     def row_range(self) -> tuple[int, int]:
         """The integer one row contributes, in grid steps."""
-        if self.kind in (MeasurementKind.ROWS, MeasurementKind.UNITS):
+        if self.kind in (MeasurementKind.ROWS, MeasurementKind.NULLS, MeasurementKind.UNITS):
             return 0, 1
         point = self.square_point if self.kind is MeasurementKind.SUMSQ else self.value_point
         shift = point.center if self.plain else 0
@@ -76,7 +92,7 @@ class MeasurementSpec:
 class Measurement:
     spec: MeasurementSpec
     sensitivity: int  # in grid steps: L1 for Laplace, L2 for Gaussian
-    share: float  # the epsilon (pure) or rho (zCDP) it spends
+    share: float  # the epsilon (pure) or rho (zCDP) of its budget item, spent once by all the item's measurements
     mechanism: Mechanism
 
     @property
@@ -94,6 +110,7 @@ class OutputRecipe:
     total: int | None = None
     squares: int | None = None
     point: FixedPoint | None = None
+    parts: tuple[int, ...] = ()  # COUNT(*) as the sum of disjoint counts (NULLS(x), ROWS(x)), see Measures.split_by
 
 
 @dataclass
@@ -104,6 +121,9 @@ class Measures:
     returns the index it already has and adds to its weight, so outputs share measurements and their budget.
     """
 
+    # When set, COUNT(*) is measured as the rows where this argument is NULL plus those where it is not, two
+    # counts that share one budget share (MeasurementSpec.budget_item), instead of a count of its own.
+    split_by: exp.Expression | None = None
     specs: list[MeasurementSpec] = field(default_factory=list)
     weights: list[float] = field(default_factory=list)
     _index: dict[tuple, int] = field(default_factory=dict, repr=False)

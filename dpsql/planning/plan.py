@@ -17,13 +17,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 
-from dpsql.analysis.check import CheckedQuery
+from sqlglot import exp
+
+from dpsql.analysis.check import COUNT, CheckedQuery
 from dpsql.dp.allocation import objective, split
 from dpsql.dp.mechanisms import GaussianMechanism, LaplaceMechanism, Mechanism
 from dpsql.errors import QueryRejected
 from dpsql.planning.aggregates import aggregate
 from dpsql.planning.measurements import Measurement, MeasurementKind, MeasurementSpec, Measures, OutputRecipe
 from dpsql.policy import Accounting, MechanismKind
+from dpsql.sql.parse import DIALECT
 
 MAX_PUBLIC_CELLS = 100_000
 _TAIL_MARGIN = 1e-9  # relative: far above the rounding of a float tail, far below any effect on the threshold
@@ -89,12 +92,13 @@ def public_domains(query: CheckedQuery) -> tuple[tuple, ...] | None:
 
 @dataclass(frozen=True)
 class _Candidate:
-    """One way of measuring the outputs, with the budget weight of each measurement and the objective reached."""
+    """One way of measuring the outputs, with the budget weight of each budget item and the objective reached."""
 
     specs: list[MeasurementSpec]
     recipes: tuple[OutputRecipe, ...]
     sensitivities: list[int]
-    weights: list[float]  # in value units, floored
+    items: list[int]  # per measurement, its budget item (measurements of disjoint rows share one)
+    weights: list[float]  # per budget item, in value units, floored
     score: float
 
 
@@ -121,8 +125,8 @@ def plan(query: CheckedQuery, budget: Budget) -> QueryPlan:
     total = budget.epsilon**2 / 2 if zcdp else budget.epsilon
     shares = split(total, best.weights, zcdp)
     measurements = tuple(
-        Measurement(spec, sens, share, _mechanism(budget, sens, share))
-        for spec, sens, share in zip(best.specs, best.sensitivities, shares, strict=True)
+        Measurement(spec, sens, shares[item], _mechanism(budget, sens, shares[item]))
+        for spec, sens, item in zip(best.specs, best.sensitivities, best.items, strict=True)
     )
     selection = None
     if needs_selection:
@@ -141,7 +145,13 @@ def _candidate(measures: Measures, recipes: tuple[OutputRecipe, ...], m: int, re
     # positive share: floor every weight at a billionth of the largest.
     floor = max(scaled, default=0.0) * 1e-9
     scaled = [max(w, floor) for w in scaled]
-    return _Candidate(specs, recipes, sensitivities, scaled, objective(scaled, zcdp))
+    # A budget item's share sets the noise of each of its measurements: its weight is theirs summed.
+    index = {key: i for i, key in enumerate(dict.fromkeys(s.budget_item for s in specs))}
+    items = [index[s.budget_item] for s in specs]
+    weights = [0.0] * len(index)
+    for item, weight in zip(items, scaled, strict=True):
+        weights[item] += weight
+    return _Candidate(specs, recipes, sensitivities, items, weights, objective(weights, zcdp))
 
 
 def _mechanism(budget: Budget, sensitivity: int, share: float) -> Mechanism:
@@ -191,18 +201,33 @@ def _threshold(mechanism: Mechanism, m: int, delta: float) -> int:
 
 def _candidates(query: CheckedQuery, m: int,
                 needs_selection: bool) -> Iterator[tuple[Measures, tuple[OutputRecipe, ...]]]:
-    """Every way of measuring the outputs worth comparing: each SUM plain, or centered with a count."""
+    """Every way of measuring the outputs worth comparing: each SUM plain, or centered with a count; COUNT(*) as a
+    count of its own, or as the sum of the counts of rows where a nullable argument is NULL and where it is not."""
     sums = sorted({c.key for c in query.aggregates if aggregate(c).measured_two_ways})
     choices = list(itertools.product((False, True), repeat=len(sums))) if len(sums) <= 6 else \
         [tuple([False] * len(sums)), tuple([True] * len(sums))]
-    for choice in choices:
-        plain_sums = {key for key, plain in zip(sums, choice, strict=True) if plain}
-        yield _measure(query, m, needs_selection, plain_sums)
+    for split_by in _split_choices(query, needs_selection):
+        for choice in choices:
+            plain_sums = {key for key, plain in zip(sums, choice, strict=True) if plain}
+            yield _measure(query, m, needs_selection, plain_sums, split_by)
 
 
-def _measure(query: CheckedQuery, m: int, needs_selection: bool,
-             plain_sums: set) -> tuple[Measures, tuple[OutputRecipe, ...]]:
-    measures = Measures()
+_MAX_SPLITS = 3  # nullable arguments tried as the split of COUNT(*), in the order the query names them
+
+
+def _split_choices(query: CheckedQuery, needs_selection: bool) -> list[exp.Expression | None]:
+    """No split, then each nullable argument the query also counts (COUNT(x), or AVG/SUM/VAR of x), when it asks
+    for COUNT(*). Partition selection thresholds one count of all rows, so a query that needs it keeps its own."""
+    counts_all = any(c.kind == COUNT and not c.nullable for c in query.aggregates)
+    if needs_selection or not counts_all:
+        return [None]
+    arguments = {c.argument.sql(DIALECT): c.argument for c in query.aggregates if c.nullable}
+    return [None, *list(arguments.values())[:_MAX_SPLITS]]
+
+
+def _measure(query: CheckedQuery, m: int, needs_selection: bool, plain_sums: set,
+             split_by: exp.Expression | None) -> tuple[Measures, tuple[OutputRecipe, ...]]:
+    measures = Measures(split_by=split_by)
     recipes = tuple(aggregate(call).recipe(call, m, measures, call.key in plain_sums) for call in query.aggregates)
     if needs_selection:
         measures.use(MeasurementSpec(MeasurementKind.ROWS), 1.0)

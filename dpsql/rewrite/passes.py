@@ -186,6 +186,8 @@ def _measurement(spec: MeasurementSpec, context: _Context) -> exp.Expression:
         if spec.argument is None:
             return exp.Count(this=exp.Star())
         return exp.Count(this=_value_column(spec, context))
+    if spec.kind is MeasurementKind.NULLS:
+        return exp.Sub(this=exp.Count(this=exp.Star()), expression=exp.Count(this=_value_column(spec, context)))
     value = _value_column(spec, context)
     centered = _value_column(spec, context, names.row_integer)
     if spec.kind is MeasurementKind.SUMSQ:

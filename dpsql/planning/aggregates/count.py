@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from dpsql.analysis.check import COUNT, AggregateCall
 from dpsql.planning.aggregates.base import LinearAggregate, Terms, counted_rows, number
-from dpsql.planning.measurements import Measurement, Measures, OutputRecipe
+from dpsql.planning.measurements import Measurement, MeasurementKind, MeasurementSpec, Measures, OutputRecipe
 
 
 class Count(LinearAggregate):
@@ -16,13 +16,22 @@ class Count(LinearAggregate):
     output_type = "BIGINT"
 
     def recipe(self, call: AggregateCall, max_rows: int, measures: Measures, plain: bool) -> OutputRecipe:
-        return OutputRecipe(call, count=measures.use(counted_rows(call), 1.0))
+        rows = counted_rows(call)
+        if rows.argument is None and measures.split_by is not None:
+            # Every row is NULL in split_by or not: the two disjoint counts, one share for both, add up to COUNT(*).
+            nulls = measures.use(MeasurementSpec(MeasurementKind.NULLS, measures.split_by), 1.0)
+            values = measures.use(MeasurementSpec(MeasurementKind.ROWS, measures.split_by), 1.0)
+            return OutputRecipe(call, parts=(nulls, values))
+        return OutputRecipe(call, count=measures.use(rows, 1.0))
 
     def terms(self, recipe: OutputRecipe) -> Terms:
+        if recipe.parts:
+            return tuple((1.0, part) for part in recipe.parts)
         return ((1.0, recipe.count),)
 
     def limits(self, recipe: OutputRecipe) -> tuple[float, float]:
         return 0.0, math.inf
 
     def formula(self, recipe: OutputRecipe, measurements: Sequence[Measurement]) -> tuple[str, str]:
-        return f"m{recipe.count}, at least 0", f"+/-{number(self.width(recipe, measurements))}"
+        value = " + ".join(f"m{i}" for _, i in self.terms(recipe))
+        return f"{value}, at least 0", f"+/-{number(self.width(recipe, measurements))}"
