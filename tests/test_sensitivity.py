@@ -94,7 +94,7 @@ def test_one_unit_moves_each_measurement_by_at_most_its_sensitivity(tmp_path_fac
         assert shown in text  # explain reports the sensitivity that holds
         items[measurement.spec.budget_item] = items.get(measurement.spec.budget_item, 0) + change
     # Measurements that spend one share together (counts of disjoint rows) move by at most the sensitivity jointly.
-    for j, measurement in enumerate(query_plan.measurements):
+    for measurement in query_plan.measurements:
         assert items[measurement.spec.budget_item] <= measurement.sensitivity, (query, measurement.spec.label)
 
 
