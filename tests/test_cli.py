@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from benchmarks.support import create_ledger, write_csv, write_policy
 from dpsql.frontends import cli
-from tests.conftest import create_ledger, write_csv, write_policy
 
 GROUPED = "SELECT region, COUNT(*) AS visits, AVG(cost) AS avg_cost FROM visits GROUP BY region"
 

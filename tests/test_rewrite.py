@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.support import open_session, write_csv, write_policy
 from dpsql.session import PrivateSession
-from tests.conftest import seeded, write_csv, write_policy
 
 # pid, grp, x (bounds 0..10), y (bounds -5..5), flag
 ROWS = [
@@ -37,7 +37,7 @@ def _session(tmp_path: Path, max_rows: int, rows=ROWS):
                     "x": {"type": "float", "lower": 0, "upper": 10},
                     "y": {"type": "int", "lower": -5, "upper": 5, "nullable": False},
                     "flag": {"type": "bool"}}}}, {"epsilon": 1e12, "query_epsilon": 1e6})
-    session = PrivateSession(policy, "t", rng=seeded(3), bounding_seed=11, create_ledger=True)
+    session = open_session(policy, 3, "t", bounding_seed=11)
     yield session
     session.close()
 

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from benchmarks.attacks.fixtures import open_session
 from benchmarks.attacks.people import TARGET, Worlds, balanced_game, write_worlds
 from benchmarks.attacks.script import options, scratch
 from benchmarks.attacks.stats import Proportion, success_bound
+from benchmarks.support import open_session
 from dpsql.errors import Error, ExecutionFailed
 from dpsql.session import PrivateSession
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.attacks.fixtures import DEFAULT_BUDGET, Budget, Table, column, write_dataset
 from benchmarks.attacks.stats import Proportion
+from benchmarks.support import DEFAULT_BUDGET, Budget, Table, column, write_dataset
 
 TARGET = 0
 PEOPLE = Table("people", "pid", (column("pid", "int"), column("smoker", "bool")))

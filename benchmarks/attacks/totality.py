@@ -24,10 +24,10 @@ import random
 from pathlib import Path
 
 from benchmarks.attacks.error_oracle import ErrorOracleReport, Probe, attack, scan
-from benchmarks.attacks.fixtures import DEFAULT_BUDGET, Table, column, write_dataset
 from benchmarks.attacks.people import TARGET, Worlds
 from benchmarks.attacks.script import options, scratch
 from benchmarks.attacks.stats import success_bound
+from benchmarks.support import DEFAULT_BUDGET, Table, column, write_dataset
 
 PEOPLE = Table("people", "pid", (column("pid", "int"), column("smoker", "bool"), column("code", "text"),
                                  column("born", "date")))

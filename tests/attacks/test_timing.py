@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.attacks.fixtures import open_session
 from benchmarks.attacks.people import write_worlds
 from benchmarks.attacks.timing import EPSILON, slow_query
+from benchmarks.support import open_session
 from dpsql.errors import QueryRejected
 
 

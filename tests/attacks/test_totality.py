@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.attacks.fixtures import open_session
 from benchmarks.attacks.people import TARGET
 from benchmarks.attacks.stats import success_bound
 from benchmarks.attacks.totality import ORACLES, probes, run, write_worlds
+from benchmarks.support import open_session
 from dpsql.errors import QueryRejected
 
 EPSILON = 0.01
