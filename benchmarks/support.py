@@ -7,6 +7,9 @@ suite is no dependency. One module serves both, so a policy is written the same 
 Two ways to declare a table: `write_policy` takes plain dicts, as a policy file reads; `write_dataset` takes a
 `Table` of dpsql's own ColumnPolicy declarations and writes its rows beside the policy.
 
+The SQL dpsql runs is inspected as a parsed tree (`sql_tree`, `caps_rows`, `clamps`), not as text, so that a
+change in how sqlglot prints it breaks no test while a change in what runs does.
+
 Randomness: `seeded(n)` is dpsql's insecure generator for tests, so runs repeat exactly; it protects no one.
 """
 
@@ -19,9 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import sqlglot
+from sqlglot import exp
+
 from dpsql.dp.noise import InsecureSeededRandomForTests
 from dpsql.policy import ColumnPolicy, ColumnType, load_policy
 from dpsql.session import PrivateSession
+from dpsql.sql.parse import DIALECT
 from dpsql.store.ledger import BudgetLedger
 
 
@@ -150,3 +157,33 @@ def open_session(policy: Path, seed: int, analyst: str = "attacker", *, bounding
     policy's ledger on first use. `options` go to PrivateSession (threads, ...)."""
     row_seed = seed if bounding_seed is None else bounding_seed
     return PrivateSession(policy, analyst, rng=seeded(seed), bounding_seed=row_seed, create_ledger=True, **options)
+
+
+def sql_tree(sql: str) -> exp.Expression:
+    return sqlglot.parse_one(sql, read=DIALECT)
+
+
+def number(node: exp.Expression) -> float | None:
+    """The value of a numeric literal, negated ones included; None for anything else."""
+    if isinstance(node, exp.Neg):
+        inner = number(node.this)
+        return None if inner is None else -inner
+    return float(node.this) if isinstance(node, exp.Literal) and not node.is_string else None
+
+
+def caps_rows(tree: exp.Expression, column: str, limit: int) -> bool:
+    """Whether the tree compares `column <= limit` somewhere (how a rank or a row count is capped)."""
+    return any(isinstance(n.this, exp.Column) and n.this.name == column and number(n.expression) == limit
+               for n in tree.find_all(exp.LTE))
+
+
+def clamps(tree: exp.Expression, lo: float, hi: float, column: str | None = None) -> bool:
+    """Whether the tree holds GREATEST(LEAST(value, hi), lo), of a value reading `column` if one is named."""
+    for node in tree.find_all(exp.Greatest):
+        inner = node.this
+        if not (isinstance(inner, exp.Least) and [number(e) for e in node.expressions] == [lo]
+                and [number(e) for e in inner.expressions] == [hi]):
+            continue
+        if column is None or any(c.name == column for c in inner.this.find_all(exp.Column)):
+            return True
+    return False

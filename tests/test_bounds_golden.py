@@ -14,12 +14,10 @@ from pathlib import Path
 
 import duckdb
 import pytest
-import sqlglot
 
-from benchmarks.support import column
+from benchmarks.support import column, sql_tree
 from dpsql.analysis.bounds import Unbounded, interval_of
 from dpsql.dp.interval import Interval
-from dpsql.sql.parse import DIALECT
 
 FIXTURE = Path(__file__).parent / "fixtures" / "bounds.txt"
 SCHEMA = {c.name: c for c in (
@@ -68,7 +66,7 @@ REFUSED = [c for c in CASES if c.expected is None]
 
 
 def _interval(expression: str) -> Interval:
-    return interval_of(sqlglot.parse_one(expression, read=DIALECT), SCHEMA)
+    return interval_of(sql_tree(expression), SCHEMA)
 
 
 def test_the_fixture_covers_enough_cases() -> None:

@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import sqlglot
 
-from benchmarks.support import open_session, write_csv, write_policy
+from benchmarks.support import open_session, sql_tree, write_csv, write_policy
 from dpsql.session import PrivateSession
 from dpsql.sql.parse import DIALECT
 
@@ -56,12 +55,8 @@ def write_cases(path: Path, header: str, cases: list[Case]) -> None:
     path.write_text("\n\n".join([header, *blocks]) + "\n")
 
 
-def tree(sql: str) -> sqlglot.exp.Expression:
-    return sqlglot.parse_one(sql, read=DIALECT)
-
-
 def pretty(sql: str) -> str:
-    return tree(sql).sql(DIALECT, pretty=True)
+    return sql_tree(sql).sql(DIALECT, pretty=True)
 
 
 HEADER, CASES = read_cases(FIXTURE)
@@ -98,6 +93,6 @@ def test_the_bounded_sql_is_the_golden_one(session: PrivateSession, case: Case) 
         case.expected = pretty(actual)  # written when the module's session closes
         return
     assert case.expected is not None, f"no expected SQL for {case.title!r}: run with DPSQL_UPDATE_GOLDEN=1"
-    assert tree(actual) == tree(case.expected), \
+    assert sql_tree(actual) == sql_tree(case.expected), \
         f"{case.title}: the SQL that runs changed; if intended, regenerate (see the module docstring)\n" \
         f"expected:\n{pretty(case.expected)}\nactual:\n{pretty(actual)}"
