@@ -51,7 +51,7 @@ def read_cases(path: Path) -> tuple[str, list[Case]]:
 
 
 def write_cases(path: Path, header: str, cases: list[Case]) -> None:
-    blocks = [f"{_TITLE}{c.title}\n{c.query};\n{c.expected};" for c in cases]
+    blocks = [f"{_TITLE}{c.title}\n{c.query};" + (f"\n{c.expected};" if c.expected else "") for c in cases]
     path.write_text("\n\n".join([header, *blocks]) + "\n")
 
 
