@@ -27,6 +27,8 @@ from typing import Any
 
 import duckdb
 
+from benchmarks.support import write_policy
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_data"
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -79,14 +81,9 @@ class Dataset:
         folder.mkdir(parents=True, exist_ok=True)
         table = {**self.declaration, "source": str(self.data_path)}
         table.pop("format", None)
-        policy = {
-            "budget": {"epsilon": BENCH_BUDGET, "delta": 1e-6, "query_epsilon": 1.0,
-                       "ledger": str(folder / f"{self.name}.ledger.sqlite")},
-            "tables": {self.table: table},
-        }
-        path = folder / f"{self.name}.toml"
-        path.write_text(dump_toml(policy))
-        return path
+        budget = {"epsilon": BENCH_BUDGET, "delta": 1e-6, "query_epsilon": 1.0,
+                  "ledger": str(folder / f"{self.name}.ledger.sqlite")}
+        return write_policy(folder / f"{self.name}.toml", {self.table: table}, budget)
 
     def peer_spec(self) -> dict[str, Any]:
         """What a peer runner needs to load the same rows with the same bounds (JSON)."""
@@ -147,34 +144,3 @@ def count_rows(path: Path) -> int:
         return int(con.execute(f"SELECT count(*) FROM {source_sql(path)}").fetchone()[0])
     finally:
         con.close()
-
-
-def dump_toml(document: dict[str, Any]) -> str:
-    """TOML for a policy: nested tables become [sections], the columns of a table inline tables."""
-    lines: list[str] = []
-
-    def section(path: list[str], table: dict[str, Any]) -> None:
-        scalars = {k: v for k, v in table.items() if not isinstance(v, dict) or path[-1:] == ["columns"]}
-        if path:
-            lines.extend(["", f"[{'.'.join(path)}]"])
-        lines.extend(f"{key} = {_toml_value(value)}" for key, value in scalars.items())
-        for key, value in table.items():
-            if key not in scalars:
-                section([*path, key], value)
-
-    section([], document)
-    return "\n".join(lines).lstrip() + "\n"
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
-    raise TypeError(f"cannot write {type(value).__name__} to TOML")

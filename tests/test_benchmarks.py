@@ -20,6 +20,7 @@ from benchmarks.peers_env import PEERS
 
 ROOT = Path(__file__).resolve().parent.parent
 LEVEL = 0.95
+pytestmark = pytest.mark.slow  # the harness run the module shares takes several seconds
 
 
 def _rows(path: Path) -> list[dict[str, str]]:

@@ -12,11 +12,11 @@ from pathlib import Path
 import mpmath
 import pytest
 
+from benchmarks.support import create_ledger, seeded, write_csv, write_policy
 from dpsql.errors import BudgetExhausted, LedgerError
 from dpsql.frontends.explain import explain
 from dpsql.session import PrivateSession
 from dpsql.store.ledger import epsilon_of_rho, rho_budget
-from tests.conftest import create_ledger, seeded, write_csv, write_policy
 
 COUNT = "SELECT COUNT(*) FROM t"
 

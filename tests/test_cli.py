@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from benchmarks.support import caps_rows, create_ledger, sql_tree, write_csv, write_policy
 from dpsql.frontends import cli
-from tests.conftest import create_ledger, write_csv, write_policy
+from dpsql.session import PrivateSession
+from dpsql.sql import names
 
 GROUPED = "SELECT region, COUNT(*) AS visits, AVG(cost) AS avg_cost FROM visits GROUP BY region"
 
@@ -76,9 +78,16 @@ def test_explain_shows_the_plan_and_spends_nothing(visits_policy: Path) -> None:
     code, out, _ = run("explain", GROUPED, "--policy", str(visits_policy), "--epsilon", "2")
     assert code == 0
     for expected in ("Cost: epsilon 2, delta 0", "at most 5 row(s) per unit", "discrete Laplace", "COUNT(*)",
-                     "SUM(cost - 2500)", "sensitivity", "noise scale", "95% +/-", "Rewritten SQL", "__dp_rank <= 5",
+                     "SUM(cost - 2500)", "sensitivity", "noise scale", "95% +/-", "Rewritten SQL",
                      "AVG(cost) = 2500 + m2 / m1", "COUNT(*) = m0 + m1", "m0 and m1 count disjoint rows"):
         assert expected in out, expected
+    shown = sql_tree(out.split("Rewritten SQL", 1)[1].split("\n", 1)[1])  # the SQL printed last
+    session = PrivateSession(visits_policy, "cli")
+    try:
+        assert shown == sql_tree(session.prepare(GROUPED, epsilon=2).bounded.sql)  # what runs, as it runs
+    finally:
+        session.close()
+    assert caps_rows(shown, names.RANK, 5)  # 5 rows per unit
     code, out, _ = run("budget", "--policy", str(visits_policy))
     assert "0 queries" in out
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import dpsql
-from tests.conftest import seeded
+from benchmarks.support import seeded
 
 GROUPED = "SELECT sex, COUNT(*) AS n, AVG(income) AS avg_income FROM pums GROUP BY sex ORDER BY sex"
 

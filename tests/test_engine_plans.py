@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 
 from benchmarks.attacks.differential import Grammar, open_worlds
+from benchmarks.support import create_ledger, write_csv, write_policy
 from dpsql.engines import duckdb_engine as engine
 from dpsql.errors import Error
 from dpsql.session import PrivateSession
-from tests.conftest import create_ledger, write_csv, write_policy
 
 MARKERS = ("lower(", "upper(")
 GENERATED, GENERATED_SEED = 150, 3

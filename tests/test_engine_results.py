@@ -17,13 +17,13 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from benchmarks.support import open_session, seeded, write_csv, write_policy
 from dpsql import session as session_module
 from dpsql.errors import ExecutionFailed, PolicyError, QueryRejected
 from dpsql.policy import DEFAULT_TIME_LIMIT, load_policy
 from dpsql.release import cells as release
 from dpsql.session import PrivateSession
 from dpsql.sql import lossless
-from tests.conftest import seeded, write_csv, write_policy
 
 DATES = ("infinity", "9999-12-31", "-infinity", "0001-01-01", "10000-01-01", "2024-02-29")
 ROWS_PER_DATE = 60
@@ -43,7 +43,7 @@ def _policy(folder: Path, rows: list[tuple], columns: dict, engine: str = "") ->
 def dated(tmp_path_factory: pytest.TempPathFactory):
     rows = [(i, DATES[i % len(DATES)]) for i in range(ROWS_PER_DATE * len(DATES))]
     policy = _policy(tmp_path_factory.mktemp("dated"), rows, {"pid": {"type": "int"}, "d": {"type": "date"}})
-    session = PrivateSession(policy, "analyst", rng=seeded(3), bounding_seed=3, create_ledger=True)
+    session = open_session(policy, 3, "analyst")
     yield session
     session.close()
 

@@ -9,11 +9,10 @@ from pathlib import Path
 import mpmath
 import pytest
 
+from benchmarks.support import open_session, seeded, write_csv, write_policy
 from dpsql.dp.mechanisms import GaussianMechanism, LaplaceMechanism
 from dpsql.planning.plan import _TAIL_MARGIN, _threshold
 from dpsql.release.cells import release
-from dpsql.session import PrivateSession
-from tests.conftest import seeded, write_csv, write_policy
 from tests.exact_tails import gaussian_tail, worst_release
 
 
@@ -34,7 +33,7 @@ def cities(tmp_path: Path):
         "source": "t.csv", "privacy_unit": "pid", "max_rows_per_unit": 3,
         "columns": {"pid": {"type": "int"}, "city": {"type": "text"}}}},
         {"epsilon": 1e6, "delta": 1e-3, "query_delta": 1e-8})
-    session = PrivateSession(policy, "t", rng=seeded(2), bounding_seed=3, create_ledger=True)
+    session = open_session(policy, 2, "t", bounding_seed=3)
     yield session
     session.close()
 

@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from benchmarks.support import seeded
 from dpsql.dp import noise
 from dpsql.dp.mechanisms import LaplaceMechanism
 from dpsql.dp.noise import SecureRandom, discrete_gaussian, discrete_laplace
 from dpsql.release.cells import release
 from dpsql.session import PrivateSession
-from tests.conftest import seeded
 
 P_VALUE = 1e-3  # a correct sampler fails a test at this level once in a thousand seeds; the seeds are fixed
 

@@ -21,10 +21,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpsql
+from benchmarks.support import seeded
 from dpsql.errors import DataError
 from dpsql.sql.parse import parse
-
-from .conftest import seeded
 
 # A slot is one place a parameter may stand: (the literal text, the Python value) for a fresh value each time.
 Slot = Callable[[], tuple[str, object]]

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.support import write_csv, write_policy
 from dpsql.engines.duckdb_engine import Engine
 from dpsql.errors import PolicyError
 from dpsql.frontends.skeleton import skeleton
 from dpsql.policy import DEFAULT_MAX_LENGTH, ColumnType, load_policy
 from dpsql.sql.names import prepared_table
-from tests.conftest import write_csv, write_policy
 
 
 @pytest.fixture

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.support import seeded, write_csv, write_policy
 from dpsql.analysis.check import check
 from dpsql.errors import BudgetExhausted, DataError, Error, ProgrammingError, QueryRejected
 from dpsql.planning.aggregates import VOCABULARY
 from dpsql.policy import load_policy
 from dpsql.session import PrivateSession
 from dpsql.sql.parse import parse
-from tests.conftest import seeded, write_csv, write_policy
 
 REJECTED = [
     ("SELEC COUNT(*) FROM pums", ProgrammingError, "cannot parse"),

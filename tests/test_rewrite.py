@@ -11,9 +11,11 @@ import statistics
 from pathlib import Path
 
 import pytest
+from sqlglot import exp
 
+from benchmarks.support import caps_rows, clamps, number, open_session, sql_tree, write_csv, write_policy
 from dpsql.session import PrivateSession
-from tests.conftest import seeded, write_csv, write_policy
+from dpsql.sql import names
 
 # pid, grp, x (bounds 0..10), y (bounds -5..5), flag
 ROWS = [
@@ -37,7 +39,7 @@ def _session(tmp_path: Path, max_rows: int, rows=ROWS):
                     "x": {"type": "float", "lower": 0, "upper": 10},
                     "y": {"type": "int", "lower": -5, "upper": 5, "nullable": False},
                     "flag": {"type": "bool"}}}}, {"epsilon": 1e12, "query_epsilon": 1e6})
-    session = PrivateSession(policy, "t", rng=seeded(3), bounding_seed=11, create_ledger=True)
+    session = open_session(policy, 3, "t", bounding_seed=11)
     yield session
     session.close()
 
@@ -104,17 +106,22 @@ def test_rows_beyond_the_cap_do_not_count(tmp_path: Path) -> None:
 
 
 def test_the_sql_that_runs_enforces_the_bounds(session) -> None:
-    plain = session.prepare("SELECT grp, SUM(y), AVG(x * 2) FROM t GROUP BY grp").bounded.sql
-    assert "__dp_rank <= 3" in plain  # the per-unit rank prepared at load, filtered per query
-    assert "ROW_NUMBER" not in plain  # no per-query sort without a filter
-    assert "__dp_q_y" in plain  # the bare bounded column's precomputed fixed-point integer
-    assert "GREATEST(LEAST(CAST(t.x AS DOUBLE), 10.0e0), 0.0e0)" in plain  # x clamped inside the aggregate
-    assert "20.0e0" in plain  # x * 2 clamped to its derived interval [0, 20]
-    filtered = session.prepare("SELECT COUNT(*) FROM t WHERE y > 0").bounded.sql
-    assert "__dp_n <= 3" in filtered and "QUALIFY" in filtered
-    assert "ROW_NUMBER() OVER (PARTITION BY __dp_unit" in filtered  # ranking only units with more than m rows
-    guarded = session.prepare("SELECT COUNT(*) FROM t WHERE CAST(grp AS INT) > 1").bounded.sql
-    assert "TRY(" in guarded  # a cast that could fail on some row becomes NULL instead of an error
+    plain = sql_tree(session.prepare("SELECT grp, SUM(y), AVG(x * 2) FROM t GROUP BY grp").bounded.sql)
+    assert caps_rows(plain, names.RANK, 3)  # the per-unit rank prepared at load, filtered per query
+    assert plain.find(exp.RowNumber) is None  # no per-query sort without a filter
+    assert names.quantized_column("y") in {c.name for c in plain.find_all(exp.Column)}  # y's precomputed integer
+    assert clamps(plain, 0.0, 10.0, column="x")  # x clamped inside the aggregate
+    assert clamps(plain, 0.0, 20.0)  # x * 2 clamped to its derived interval [0, 20]
+    filtered = sql_tree(session.prepare("SELECT COUNT(*) FROM t WHERE y > 0").bounded.sql)
+    assert caps_rows(filtered, names.UNIT_ROWS, 3) and filtered.find(exp.Qualify) is not None
+    ranked = [w for w in filtered.find_all(exp.Window) if isinstance(w.this, exp.RowNumber)]
+    assert [[p.name for p in w.args["partition_by"]] for w in ranked] == [[names.UNIT]]  # rows ranked per unit
+    kept = ranked[0].parent
+    assert isinstance(kept, exp.LTE) and number(kept.expression) == 3  # ... and up to 3 kept in each
+    guarded = sql_tree(session.prepare("SELECT COUNT(*) FROM t WHERE CAST(grp AS INT) > 1").bounded.sql)
+    casts = [c for c in guarded.find_all(exp.Cast) if isinstance(c.this, exp.Column) and c.this.name == "grp"]
+    assert casts  # a cast that could fail on some row becomes NULL instead of an error:
+    assert all(isinstance(c, exp.TryCast) or c.find_ancestor(exp.Try) is not None for c in casts)
 
 
 def test_sums_are_exact_integers_whatever_the_order(session) -> None:

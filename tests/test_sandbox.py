@@ -11,9 +11,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from benchmarks.support import seeded, write_csv, write_policy
 from dpsql.errors import ExecutionFailed, ProgrammingError, QueryRejected
 from dpsql.session import PrivateSession
-from tests.conftest import seeded, write_csv, write_policy
 
 SECRET = "/etc/hostname"
 

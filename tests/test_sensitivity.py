@@ -15,6 +15,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from benchmarks.support import write_csv, write_policy
 from dpsql.analysis.check import check
 from dpsql.engines.duckdb_engine import Engine
 from dpsql.frontends.explain import explain
@@ -23,7 +24,6 @@ from dpsql.planning.plan import Budget, plan
 from dpsql.policy import Accounting, MechanismKind, load_policy
 from dpsql.rewrite.passes import rewrite
 from dpsql.sql.parse import parse
-from tests.conftest import write_csv, write_policy
 
 QUERIES = [
     "SELECT COUNT(*) FROM t",

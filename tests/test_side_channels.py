@@ -12,9 +12,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from benchmarks.support import open_session, write_csv, write_policy
 from dpsql.errors import ExecutionFailed, QueryRejected
 from dpsql.session import PrivateSession
-from tests.conftest import seeded, write_csv, write_policy
 
 TARGET = 7
 
@@ -49,7 +49,7 @@ def _world(folder: Path, with_target: bool) -> PrivateSession:
         "source": "t.csv", "privacy_unit": "pid", "max_rows_per_unit": 1,
         "columns": {"pid": {"type": "int"}, "x": {"type": "int"}, "code": {"type": "text"},
                     "y": {"type": "int", "lower": 0, "upper": 8}}}}, {"epsilon": 1e9, "delta": 1e-3})
-    return PrivateSession(policy, "attacker", rng=seeded(2), bounding_seed=5, create_ledger=True)
+    return open_session(policy, 2, "attacker", bounding_seed=5)
 
 
 @pytest.fixture(scope="module")

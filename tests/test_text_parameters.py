@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.support import write_policy
 from dpsql.analysis.check import check
 from dpsql.errors import DataError
 from dpsql.planning.aggregates import VOCABULARY
 from dpsql.policy import load_policy
 from dpsql.sql.parse import TextParameter, parse
-from tests.conftest import write_policy
 
 _COLUMNS = {"person": {"type": "int"}, "age": {"type": "int", "lower": 0, "upper": 100},
             "income": {"type": "float", "lower": 0, "upper": 1e6}, "city": {"type": "text"},

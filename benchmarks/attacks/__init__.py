@@ -19,8 +19,9 @@ Attacks and checks:
 - differential: generated accepted row expressions on tables that differ in one adversarial row (errors, merges,
   per-row work).
 
-Shared parts: fixtures (datasets and policies), baseline (plain DuckDB), people (the two-world guessing game),
-sampling (the bounded SQL once, dpsql's release many times), stats (Clopper-Pearson, DP bounds), script.
+Shared parts: baseline (plain DuckDB), people (the two-world guessing game), sampling (the bounded SQL once,
+dpsql's release many times), stats (Clopper-Pearson, DP bounds), script; datasets, policies and seeded sessions
+come from benchmarks/support.py, which the tests use too.
 
 Randomness: every run takes a seed and draws dpsql's noise from its test-only seeded generator, so figures
 repeat exactly. Statistical claims carry Clopper-Pearson (or Hoeffding) intervals, never hand-picked slack.

@@ -28,12 +28,11 @@ import numpy as np
 
 from benchmarks.attacks.audit_events import Witness, audit_draws
 from benchmarks.attacks.baseline import PlainDuckDB
-from benchmarks.attacks.fixtures import DEFAULT_BUDGET, GAUSSIAN, Budget, Table, column, open_session, write_dataset
 from benchmarks.attacks.sampling import Measured, Release, measure, sample_releases
 from benchmarks.attacks.script import options, scratch
 from benchmarks.attacks.stats import same_distribution_pvalue, zcdp_epsilon
+from benchmarks.support import DEFAULT_BUDGET, GAUSSIAN, Budget, Table, column, open_session, seeded, write_dataset
 from dpsql.dp.mechanisms import GaussianMechanism, LaplaceMechanism
-from dpsql.dp.noise import InsecureSeededRandomForTests
 from dpsql.planning.plan import QueryPlan
 
 EPSILON = 1.0  # of every audited query
@@ -172,7 +171,7 @@ def audit(neighbours: Neighbours, draws: int, seed: int, variant: str = "dpsql",
     """Audit one case; `plan` and `rows` replace dpsql's own to audit a deliberately broken variant."""
     plan = plan or neighbours.plan
     exact = rows or (neighbours.d.rows, neighbours.d_prime.rows)
-    rng = InsecureSeededRandomForTests(seed)
+    rng = seeded(seed)
     d, d_prime = (neighbours.case.features(sample_releases(plan, r, rng, draws), len(plan.recipes)) for r in exact)
     stated = claim(neighbours.plan)
     return AuditResult(neighbours.case.kind, neighbours.mechanism, variant, stated,
@@ -233,7 +232,7 @@ def end_to_end(neighbours: Neighbours, executions: int, draws: int, seed: int) -
                                      for _ in range(executions)], dtype=float))
         finally:
             session.close()
-    rng = InsecureSeededRandomForTests(seed)
+    rng = seeded(seed)
     batched = [neighbours.case.features(sample_releases(neighbours.plan, m.rows, rng, draws), 1)
                for m in (neighbours.d, neighbours.d_prime)]
     pvalues = tuple(same_distribution_pvalue(a[:, 0], b[:, 0]) for a, b in zip(answers, batched, strict=True))

@@ -16,12 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.attacks.fixtures import Budget, open_session
 from benchmarks.attacks.people import Worlds, balanced_game, write_worlds
 from benchmarks.attacks.sampling import Measured, measure, scalar_outputs
 from benchmarks.attacks.script import options, scratch
 from benchmarks.attacks.stats import Proportion, success_bound
-from dpsql.dp.noise import InsecureSeededRandomForTests
+from benchmarks.support import Budget, open_session, seeded
 from dpsql.errors import BudgetExhausted
 
 SMOKERS = "SELECT COUNT(*) FROM people WHERE smoker"
@@ -68,7 +67,7 @@ class AveragingReport:
 
 
 def _averaging(measured: list[Measured], others: int, answers: int, rounds: int, seed: int) -> Averaging:
-    rng = InsecureSeededRandomForTests(seed)
+    rng = seeded(seed)
     errors: list[np.ndarray] = []
 
     def guesses(bit: int, n: int) -> np.ndarray:

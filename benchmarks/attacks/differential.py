@@ -28,8 +28,8 @@ from pathlib import Path
 import sqlglot
 from sqlglot import exp
 
-from benchmarks.attacks.fixtures import Budget, Table, column, open_session, write_dataset
 from benchmarks.attacks.script import options, scratch
+from benchmarks.support import Budget, Table, column, open_session, write_dataset
 from dpsql.errors import Error, ExecutionFailed
 from dpsql.release.cells import release
 from dpsql.session import PreparedQuery, PrivateSession

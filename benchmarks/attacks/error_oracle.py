@@ -29,10 +29,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from benchmarks.attacks.fixtures import open_session
 from benchmarks.attacks.people import TARGET, Worlds, balanced_game, write_worlds
 from benchmarks.attacks.script import options, scratch
 from benchmarks.attacks.stats import Proportion, success_bound
+from benchmarks.support import open_session
 from dpsql.errors import Error, ExecutionFailed
 from dpsql.session import PrivateSession
 
@@ -141,16 +141,20 @@ def scan(worlds: Worlds, epsilon: float, seed: int, probes: tuple[str, ...] = PR
             session.close()
 
 
+def scan_lines(probes: list[Probe], what: str) -> list[str]:
+    """The scan's summary and each probe whose outcome differs between the worlds, which differ in `what`."""
+    leaks = [p for p in probes if p.leaks]
+    return [f"  scan: {len(probes)} probe queries, {len(leaks)} whose outcome depends on the target's {what}",
+            *(f"    {p.outcomes[0]} / {p.outcomes[1]}: {p.sql}" for p in leaks)]
+
+
 def main() -> None:
     args = options(__doc__, people=100, epsilon=0.01, rounds=200, seed=13)
     with scratch() as folder:
         worlds = write_worlds(folder, args.people, args.seed)
         print("\n".join(attack(worlds, args.epsilon, args.rounds, args.seed).lines()))
         probes = scan(worlds, args.epsilon, args.seed)
-    leaks = [p for p in probes if p.leaks]
-    print(f"  scan: {len(probes)} probe queries, {len(leaks)} whose outcome depends on the target's bit")
-    for probe in leaks:
-        print(f"    {probe.outcomes[0]} / {probe.outcomes[1]}: {probe.sql}")
+    print("\n".join(scan_lines(probes, "bit")))
 
 
 if __name__ == "__main__":

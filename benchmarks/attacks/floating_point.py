@@ -25,11 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.attacks.fixtures import Table, column, open_session, write_dataset
 from benchmarks.attacks.sampling import measure, scalar_outputs
 from benchmarks.attacks.script import options, scratch
 from benchmarks.attacks.stats import Proportion, success_bound
-from dpsql.dp.noise import InsecureSeededRandomForTests
+from benchmarks.support import Table, column, open_session, seeded, write_dataset
 
 _GRID = 2**53  # NumPy's uniform doubles are k / 2^53
 _WINDOW = 3  # libm's log is within an ulp, so monotone up to its immediate neighbours
@@ -101,7 +100,7 @@ COUNT_FLAGGED = "SELECT COUNT(*) FROM flags WHERE flag"
 def dpsql_samples(folder: Path, epsilon: float, per_value: int, seed: int) -> dict[int, np.ndarray]:
     """dpsql's released COUNT for a table whose true count is 0 and one whose true count is 1."""
     samples = {}
-    rng = InsecureSeededRandomForTests(seed)
+    rng = seeded(seed)
     for x in (0, 1):
         session = open_session(write_dataset(folder / f"count{x}", FLAGS, [(1, bool(x)), (2, False)]), seed)
         try:

@@ -26,9 +26,9 @@ from typing import Any
 from click.testing import CliRunner
 from sqlglot import exp, parse_one
 
-from benchmarks.attacks.fixtures import Budget, Table, column, create_ledger, open_session, write_dataset
 from benchmarks.attacks.fuzz_grammar import cases
 from benchmarks.attacks.script import options, scratch
+from benchmarks.support import Budget, Table, column, create_ledger, open_session, write_dataset
 from dpsql.errors import Error
 from dpsql.frontends.cli import main as cli
 from dpsql.rewrite.passes import rewrite

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-from benchmarks.attacks.fixtures import Budget, Table, column, create_ledger, open_session, write_dataset
 from benchmarks.attacks.ledger_worker import QUERY, command
 from benchmarks.attacks.script import options, scratch
+from benchmarks.support import Budget, Table, column, create_ledger, open_session, write_dataset
 from dpsql.policy import load_policy
 from dpsql.store.ledger import BudgetLedger
 

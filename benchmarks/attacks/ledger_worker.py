@@ -10,8 +10,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from benchmarks.attacks.fixtures import open_session
 from benchmarks.attacks.script import options
+from benchmarks.support import open_session
 from dpsql.errors import BudgetExhausted
 
 QUERY = "SELECT COUNT(*) FROM people WHERE smoker"

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.attacks.fixtures import DEFAULT_BUDGET, Budget, Table, column, write_dataset
 from benchmarks.attacks.stats import Proportion
+from benchmarks.support import DEFAULT_BUDGET, Budget, Table, column, open_session, write_dataset
+from dpsql.errors import QueryRejected
 
 TARGET = 0
 PEOPLE = Table("people", "pid", (column("pid", "int"), column("smoker", "bool")))
@@ -56,3 +57,28 @@ def balanced_game(trials: int, seed: int, guesses_in_world: Callable[[int, int],
     coins = np.random.default_rng(seed).integers(0, 2, size=trials)
     wins = sum(int(np.sum(guesses_in_world(bit, int(np.sum(coins == bit))) == bit)) for bit in (0, 1))
     return Proportion(wins, trials)
+
+
+@dataclass(frozen=True)
+class Sent:
+    """What one query did in one world: the refusal's message (None if it was answered), the queries charged."""
+    refusal: str | None
+    charged: int
+
+
+def send_in_each_world(worlds: Worlds, sql: str, epsilon: float, seed: int) -> tuple[Sent, Sent]:
+    """Send `sql` once in each world, from a fresh seeded session; a `?` is bound to the target's id."""
+    sent = []
+    for policy in worlds.policies:
+        session = open_session(policy, seed)
+        try:
+            before = session.spending().queries
+            try:
+                session.execute(sql, [TARGET] if "?" in sql else None, epsilon=epsilon)
+                refusal = None
+            except QueryRejected as refused:
+                refusal = str(refused)
+            sent.append(Sent(refusal, session.spending().queries - before))
+        finally:
+            session.close()
+    return sent[0], sent[1]

@@ -21,9 +21,9 @@ import numpy as np
 from scipy.stats import t as student
 
 from benchmarks.attacks.baseline import PlainDuckDB
-from benchmarks.attacks.fixtures import Budget, Table, column, open_session, write_dataset
 from benchmarks.attacks.script import options, scratch
 from benchmarks.attacks.stats import CONFIDENCE, Proportion, hoeffding_lower, success_bound
+from benchmarks.support import Budget, Table, column, open_session, write_dataset
 from dpsql.errors import BudgetExhausted
 
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import duckdb
 
-from benchmarks.attacks.fixtures import DEFAULT_BUDGET, Budget, Table, column, open_session, write_dataset
 from benchmarks.attacks.sampling import measure
 from benchmarks.attacks.script import options, scratch
+from benchmarks.support import DEFAULT_BUDGET, Budget, Table, column, open_session, write_dataset
 from dpsql.dp.mechanisms import GaussianMechanism
 from dpsql.planning.plan import QueryPlan
 

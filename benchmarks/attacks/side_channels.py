@@ -28,10 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.attacks.fixtures import DEFAULT_BUDGET, GAUSSIAN, Budget, open_session
 from benchmarks.attacks.people import Worlds, balanced_game, write_worlds
 from benchmarks.attacks.script import options, scratch
 from benchmarks.attacks.stats import Proportion, success_bound
+from benchmarks.support import DEFAULT_BUDGET, GAUSSIAN, Budget, open_session
 from dpsql.session import PrivateSession
 
 ONLY_TARGET = "tag = 0 AND smoker"

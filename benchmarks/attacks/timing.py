@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from benchmarks.attacks.fixtures import open_session
 from benchmarks.attacks.people import Worlds, balanced_game, write_worlds
 from benchmarks.attacks.script import options, scratch
 from benchmarks.attacks.stats import Proportion
+from benchmarks.support import open_session
 from dpsql.errors import Error
 from dpsql.session import PrivateSession
 

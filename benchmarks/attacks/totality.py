@@ -23,11 +23,11 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from benchmarks.attacks.error_oracle import ErrorOracleReport, Probe, attack, scan
-from benchmarks.attacks.fixtures import DEFAULT_BUDGET, Table, column, write_dataset
+from benchmarks.attacks.error_oracle import ErrorOracleReport, Probe, attack, scan, scan_lines
 from benchmarks.attacks.people import TARGET, Worlds
 from benchmarks.attacks.script import options, scratch
 from benchmarks.attacks.stats import success_bound
+from benchmarks.support import DEFAULT_BUDGET, Table, column, write_dataset
 
 PEOPLE = Table("people", "pid", (column("pid", "int"), column("smoker", "bool"), column("code", "text"),
                                  column("born", "date")))
@@ -82,10 +82,7 @@ def main() -> None:
         print("\n".join(report.lines()))
         print(f"  bound for two changed rows: {success_bound(2 * args.epsilon):.4f}")
         found = probes(worlds, args.epsilon, args.seed)
-    leaks = [p for p in found if p.leaks]
-    print(f"  scan: {len(found)} probe queries, {len(leaks)} whose outcome depends on the target's row")
-    for probe in leaks:
-        print(f"    {probe.outcomes[0]} / {probe.outcomes[1]}: {probe.sql}")
+    print("\n".join(scan_lines(found, "row")))
 
 
 if __name__ == "__main__":

@@ -19,12 +19,11 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.attacks.baseline import PlainDuckDB
-from benchmarks.attacks.fixtures import open_session
 from benchmarks.attacks.people import TARGET, Worlds, balanced_game, write_worlds
 from benchmarks.attacks.sampling import measure, scalar_outputs
 from benchmarks.attacks.script import options, scratch
 from benchmarks.attacks.stats import Proportion, success_bound
-from dpsql.dp.noise import InsecureSeededRandomForTests
+from benchmarks.support import open_session, seeded
 
 SMOKERS = "SELECT COUNT(*) FROM people WHERE smoker"
 SMOKERS_BUT = "SELECT COUNT(*) FROM people WHERE smoker AND pid <> ?"
@@ -85,7 +84,7 @@ def attack(worlds: Worlds, epsilon: float, rounds: int, end_to_end_rounds: int, 
     try:
         measured = [(measure(s, SMOKERS, epsilon=epsilon), measure(s, SMOKERS_BUT, [TARGET], epsilon=epsilon))
                     for s in sessions]
-        rng = InsecureSeededRandomForTests(seed)
+        rng = seeded(seed)
 
         def guesses(bit: int, n: int) -> np.ndarray:
             first, second = measured[bit]

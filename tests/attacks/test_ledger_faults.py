@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.attacks.fixtures import Budget, create_ledger, open_session
 from benchmarks.attacks.ledger_faults import (
     QUERY,
     cli_concurrently,
@@ -20,6 +19,7 @@ from benchmarks.attacks.ledger_faults import (
     spend_concurrently,
     write_people,
 )
+from benchmarks.support import Budget, create_ledger, open_session
 from dpsql.errors import LedgerError
 
 EPSILON = 0.125  # a power of two: the ledger's exact sum reaches the budget after exactly budget / EPSILON answers

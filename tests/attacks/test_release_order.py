@@ -28,9 +28,9 @@ import pytest
 from scipy.stats import binom, chisquare
 
 import dpsql.release.cells
+from benchmarks.support import open_session, seeded, write_csv, write_policy
 from dpsql.release.cells import release
 from dpsql.session import PrivateSession
-from tests.conftest import seeded, write_csv, write_policy
 
 CITIES = [f"city{i:02d}" for i in range(40)]
 PEOPLE = [(pid, CITIES[pid % 40]) for pid in range(100, 420)]
@@ -50,7 +50,7 @@ def _session(folder: Path, people: list[tuple[int, str]], seed: int) -> PrivateS
         "source": "t.csv", "privacy_unit": "pid", "max_rows_per_unit": 1,
         "columns": {"pid": {"type": "int"}, "city": {"type": "text"}}}},
         {"epsilon": 1e9, "delta": 1e-3, "query_delta": 1e-6})
-    return PrivateSession(policy, "attacker", rng=seeded(seed), bounding_seed=seed, threads=1, create_ledger=True)
+    return open_session(policy, seed, "attacker", threads=1)
 
 
 def _engine_top(session: PrivateSession) -> list[str]:

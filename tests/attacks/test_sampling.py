@@ -7,10 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.attacks.fixtures import Table, column, open_session, write_dataset
 from benchmarks.attacks.sampling import measure, sample_releases
 from benchmarks.attacks.stats import same_distribution_pvalue
-from dpsql.dp.noise import InsecureSeededRandomForTests
+from benchmarks.support import Table, column, open_session, seeded, write_dataset
 from dpsql.release.cells import release
 
 SIGNIFICANCE = 0.01
@@ -27,8 +26,8 @@ def test_batched_release_matches_one_release_per_draw(tmp_path: Path, sql: str) 
         measured = measure(session, sql, epsilon=1.0)
     finally:
         session.close()
-    one_by_one = [release(measured.plan, measured.rows, InsecureSeededRandomForTests(1000 + i)) for i in range(200)]
-    batched = sample_releases(measured.plan, measured.rows, InsecureSeededRandomForTests(2), 3000)
+    one_by_one = [release(measured.plan, measured.rows, seeded(1000 + i)) for i in range(200)]
+    batched = sample_releases(measured.plan, measured.rows, seeded(2), 3000)
 
     single_keys = [tuple(k) for k in one_by_one[0].keys]
     assert all(sorted(run) == sorted(single_keys) for run in batched)  # every public group, empty "c" included

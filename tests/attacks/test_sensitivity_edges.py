@@ -14,7 +14,6 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from benchmarks.attacks.fixtures import DEFAULT_BUDGET, GAUSSIAN, Table, column, open_session, write_dataset
 from benchmarks.attacks.sampling import measure
 from benchmarks.attacks.sensitivity import (
     EDGE_FLOATS,
@@ -26,6 +25,7 @@ from benchmarks.attacks.sensitivity import (
     neighbour_changes,
     table,
 )
+from benchmarks.support import DEFAULT_BUDGET, GAUSSIAN, Table, column, open_session, write_dataset
 
 UNITS = (None, 0, 1, 2, 3)
 row = st.tuples(
