@@ -18,7 +18,8 @@ from typing import Any
 
 from dpsql.analysis.check import check
 from dpsql.dp.noise import RandomSource, SecureRandom
-from dpsql.engines.duckdb_engine import Engine
+from dpsql.engines.base import Engine
+from dpsql.engines.duckdb_engine import DuckDBEngine
 from dpsql.errors import DataError, ExecutionFailed, ProgrammingError
 from dpsql.planning.aggregates import VOCABULARY
 from dpsql.planning.plan import Budget, Cost, QueryPlan, plan
@@ -70,7 +71,7 @@ class PrivateSession:
         self.default_epsilon = epsilon
         self.rng = rng if rng is not None else SecureRandom()
         self.ledger = BudgetLedger(self.policy.budget.ledger, self.policy.budget, create=create_ledger)
-        self.engine = Engine(self.policy, bounding_seed=bounding_seed, threads=threads)
+        self.engine: Engine = DuckDBEngine(self.policy, bounding_seed=bounding_seed, threads=threads)
         self.post = PostProcessor()
         self._prepared: dict[tuple, PreparedQuery] = {}
 

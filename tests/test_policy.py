@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.support import write_csv, write_policy
-from dpsql.engines.duckdb_engine import Engine
+from dpsql.engines.duckdb_engine import DuckDBEngine
 from dpsql.errors import PolicyError
 from dpsql.frontends.skeleton import skeleton
 from dpsql.policy import DEFAULT_MAX_LENGTH, ColumnType, load_policy
@@ -114,7 +114,7 @@ def test_a_declared_column_missing_from_the_data_fails_at_load(tmp_path, data) -
     spec = people(columns={**people()["columns"], "income": {"type": "float", "lower": 0, "upper": 1}})
     policy = load_policy(write_policy(tmp_path / "p.toml", {"people": spec}))
     with pytest.raises(PolicyError, match="table 'people', key 'columns.income': the source has no column 'income'"):
-        Engine(policy)
+        DuckDBEngine(policy)
 
 
 def test_text_is_cut_to_its_max_length_when_loaded(tmp_path) -> None:
@@ -123,7 +123,7 @@ def test_text_is_cut_to_its_max_length_when_loaded(tmp_path) -> None:
     columns = {"pid": {"type": "int"}, "age": {"type": "int"}, "city": {"type": "text", "max_length": 4}}
     policy = load_policy(write_policy(tmp_path / "p.toml", {"people": people(columns=columns)}))
     assert policy.table("people").columns["age"].max_length == 0
-    engine = Engine(policy)
+    engine = DuckDBEngine(policy)
     try:
         lengths = engine._con.execute(f"SELECT length(city) FROM {prepared_table('people')} ORDER BY pid").fetchall()
     finally:
@@ -138,7 +138,7 @@ def test_values_that_do_not_match_the_declared_type_fail_at_load(tmp_path) -> No
     write_csv(tmp_path / "people.csv", ["pid", "age", "city"], [(1, "thirty", "a"), (2, 40, "b")])
     policy = load_policy(write_policy(tmp_path / "p.toml", {"people": people()}))
     with pytest.raises(PolicyError, match="column 'age' has values that are not int") as caught:
-        Engine(policy)
+        DuckDBEngine(policy)
     assert "thirty" not in str(caught.value)  # the message names the column, never a value
 
 

@@ -12,8 +12,10 @@ import duckdb
 import pytest
 
 from benchmarks.support import seeded, write_csv, write_policy
+from dpsql.analysis.vetting import ConstantChecker
 from dpsql.errors import ExecutionFailed, ProgrammingError, QueryRejected
 from dpsql.session import PrivateSession
+from dpsql.sql import sandbox
 
 SECRET = "/etc/hostname"
 
@@ -104,6 +106,53 @@ def test_post_processing_runs_where_no_private_row_exists(pums_session) -> None:
     assert post.execute("SELECT COUNT(*) FROM duckdb_tables() WHERE table_name LIKE '%pums%'").fetchone() == (0,)
     with pytest.raises(duckdb.Error):
         post.execute(f"SELECT * FROM read_csv('{SECRET}')")
+
+
+SANDBOX_REFUSES = [
+    f"SELECT * FROM read_csv('{SECRET}')",
+    "ATTACH '/tmp/evil.db' AS evil",
+    "INSTALL httpfs",
+    "LOAD httpfs",
+    "SET enable_external_access = true",
+    "SET lock_configuration = false",
+    "SET autoload_known_extensions = true",
+    "SET allow_community_extensions = true",
+    "SET threads = 1",
+]
+# Each of the three DuckDB connections (sql/sandbox.py), as the session set it up.
+CONNECTIONS = {
+    "engine": lambda session: session.engine._con,
+    "post-processing": lambda session: session.post._con,
+    "constant checker": lambda session: ConstantChecker()._con,
+}
+
+
+@pytest.mark.parametrize("connection", CONNECTIONS)
+@pytest.mark.parametrize("sql", SANDBOX_REFUSES)
+def test_every_connection_refuses_files_databases_extensions_and_settings(pums_session, connection: str,
+                                                                          sql: str) -> None:
+    """The raw connection itself, not the engine's run (which would turn any error into ExecutionFailed)."""
+    with pytest.raises(duckdb.Error):
+        CONNECTIONS[connection](pums_session).execute(sql)
+
+
+@pytest.mark.parametrize("connection", CONNECTIONS)
+def test_every_connection_has_every_safety_option(pums_session, connection: str) -> None:
+    con = CONNECTIONS[connection](pums_session)
+    settings = {name: con.execute(f"SELECT current_setting('{name}')").fetchone()[0]
+                for name in sandbox.SAFETY_OPTIONS}
+    assert settings == {"autoinstall_known_extensions": False, "autoload_known_extensions": False,
+                        "allow_community_extensions": False, "enable_external_access": False,
+                        "lock_configuration": True}
+
+
+def test_the_sandbox_cannot_be_opened_weaker_and_closes_on_failure() -> None:
+    with pytest.raises(ValueError, match="enable_external_access"):
+        sandbox.connect({"enable_external_access": "true"})
+    with pytest.raises(RuntimeError), sandbox.opened() as con:
+        raise RuntimeError("loading failed")
+    with pytest.raises(duckdb.ConnectionException):
+        con.execute("SELECT 1")
 
 
 @pytest.mark.parametrize("kind", ["csv_glob", "parquet", "duckdb"])

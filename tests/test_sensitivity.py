@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from benchmarks.support import write_csv, write_policy
 from dpsql.analysis.check import check
-from dpsql.engines.duckdb_engine import Engine
+from dpsql.engines.duckdb_engine import DuckDBEngine
 from dpsql.frontends.explain import explain
 from dpsql.planning.aggregates import VOCABULARY
 from dpsql.planning.plan import Budget, plan
@@ -64,7 +64,7 @@ def _measurements(policy_path: Path, sql: str, seed: int):
     policy = load_policy(policy_path)
     query_plan = plan(check(parse(sql), policy, VOCABULARY),
                       Budget(Fraction(1), Fraction(1, 10**8), Accounting.PURE, MechanismKind.LAPLACE))
-    engine = Engine(policy, bounding_seed=seed)
+    engine = DuckDBEngine(policy, bounding_seed=seed)
     try:
         rows = engine.run(rewrite(query_plan).sql)
     finally:

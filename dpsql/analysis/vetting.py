@@ -14,6 +14,7 @@ import duckdb
 from sqlglot import exp
 
 from dpsql.errors import QueryRejected, first_line
+from dpsql.sql import sandbox
 
 # Structure that appears inside vetted expressions.
 _STRUCTURE: tuple[type[exp.Expression], ...] = (
@@ -142,11 +143,7 @@ class ConstantChecker:
     def _con(self) -> duckdb.DuckDBPyConnection:
         """The sandbox; call with the lock held."""
         if self._opened is None:
-            con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": "false",
-                                                     "autoload_known_extensions": "false"})
-            con.execute("SET enable_external_access = false")
-            con.execute("SET lock_configuration = true")
-            self._opened = con
+            self._opened = sandbox.connect()
         return self._opened
 
     def evaluate(self, select: str) -> list[tuple]:

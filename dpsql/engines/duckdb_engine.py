@@ -1,42 +1,32 @@
 """Stage 5: the DuckDB that holds the private tables, and the only place bounded SQL runs.
 
-Loading happens once per engine. Each declared table is read from its source with the declared types, only the
-declared columns are kept (an undeclared column is invisible), NaN becomes NULL, rows without a privacy unit and
-rows with NULL in a column declared `nullable = false` are dropped. Then the bounding is prepared: a secret
-per-row hash (`__dp_key`), each row's rank within its unit by that hash (`__dp_rank`), the unit's row count
-(`__dp_n`), and each bounded column's fixed-point integer (`__dp_q_<col>`). Queries then only filter, so they do
-not sort the table per person each time.
-
-After loading, external access is switched off and the configuration locked: should a query ever get past the
-checker with a file name in it, DuckDB itself refuses to read, write, attach or load anything.
+Loading happens once per engine, in the sandbox (sql/sandbox.py) before it is locked: each declared table is read
+from its source (a CSV glob, Parquet, or a table of a DuckDB file, attached read-only and detached once copied)
+with the declared types, only the declared columns are kept (an undeclared column is invisible), and the rows are
+prepared for contribution bounding by rewrite/bounding.py. An empty twin of each prepared table is kept for the dry
+run. Then external access is switched off and the configuration locked: should a query ever get past the checker
+with a file name in it, DuckDB itself refuses to read, write, attach or load anything.
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import secrets
 import threading
-import time
-import weakref
-from collections.abc import Iterator
 from typing import Any
 
 import duckdb
 from sqlglot import exp
 
-from dpsql.dp.fixedpoint import fixed_point
+from dpsql.engines.base import Engine
+from dpsql.engines.watchdog import Watchdog
 from dpsql.errors import ExecutionFailed, PolicyError, QueryRejected, first_line
-from dpsql.policy import ColumnType, Policy, TablePolicy
-from dpsql.sql import names
+from dpsql.policy import Policy, TablePolicy
+from dpsql.rewrite.bounding import prepared_rows
+from dpsql.sql import names, sandbox
 from dpsql.sql.lossless import canonical_select, faithful
-from dpsql.sql.names import RANK, ROW_KEY, TWIN_SCHEMA, UNIT, UNIT_ROWS, prepared_table, quantized_column
+from dpsql.sql.names import TWIN_SCHEMA, prepared_table
 from dpsql.sql.parse import DIALECT
 
-_SANDBOX = (
-    "SET enable_external_access = false",
-    "SET lock_configuration = true",
-)
 _EXACT_CACHE = 512
 # DuckDB optimizer rules that move analyst code out of the TRY written around it, or out of the CASE branch that
 # guards it, so that it runs on rows (or at a place) where its failure is no longer absorbed:
@@ -47,16 +37,13 @@ _EXACT_CACHE = 512
 # Both were shown to leak one row per query (benchmarks/attacks/side_channels.py); tests/test_engine_plans.py reads the
 # physical plans of bounded queries and fails if analyst code is found outside its TRY again.
 DISABLED_OPTIMIZERS = ("in_clause", "common_subexpressions")
+# Startup options on top of the sandbox's own: set before any query, and locked with the rest of the configuration.
 _STARTUP_CONFIG = {
-    "autoinstall_known_extensions": "false",
-    "autoload_known_extensions": "false",
-    "allow_community_extensions": "false",
-    # Set at startup, before any query, and locked with the rest of the configuration (see _SANDBOX).
     "disabled_optimizers": ",".join(DISABLED_OPTIMIZERS),
 }
 
 
-class Engine:
+class DuckDBEngine(Engine):
     """A sandboxed in-memory DuckDB holding the policy's tables, prepared for bounded queries."""
 
     def __init__(self, policy: Policy, *, bounding_seed: int | None = None, threads: int | None = None) -> None:
@@ -67,24 +54,19 @@ class Engine:
         self._lock = threading.Lock()
         self._exact: dict[str, str] = {}  # bounded SQL -> the SQL that runs it with exact columns
         self._policy_name = policy.path.name
-        self._con = duckdb.connect(":memory:", config=config)
         # The salt makes the per-unit choice of rows unpredictable; a fixed one is for tests only.
         salt = bounding_seed if bounding_seed is not None else secrets.randbits(62)
-        try:
-            self._con.execute(f"CREATE SCHEMA {TWIN_SCHEMA}")
+        with sandbox.opened(config) as con:  # locked when the tables are loaded
+            self._con = con
+            con.execute(f"CREATE SCHEMA {TWIN_SCHEMA}")
             for table in policy.tables.values():
                 self._load(table, salt)
             # A second client whose default schema holds empty tables of the same names and columns: the very SQL
             # that will run on the data is first run there, where no row can influence what happens.
-            self._twin = self._con.cursor()
-            database = self._con.execute("SELECT current_database()").fetchone()[0]
+            self._twin = con.cursor()
+            database = con.execute("SELECT current_database()").fetchone()[0]
             self._twin.execute(f"USE {_quote(database)}.{TWIN_SCHEMA}")
-            for statement in _SANDBOX:
-                self._con.execute(statement)
-            self._watchdog = _Watchdog(self._con, policy.time_limit)
-        except BaseException:
-            self._con.close()
-            raise
+            self._watchdog = Watchdog(con, policy.time_limit)
 
     def _load(self, table: TablePolicy, salt: int) -> None:
         found = self._source_columns(table, self._source(table, typed=False))
@@ -92,29 +74,9 @@ class Engine:
         if missing:
             self._fail(table, f"columns.{missing[0]}", f"the source has no column '{missing[0]}' (it has: "
                                                        f"{', '.join(sorted(found))})")
-        source = self._source(table)
-        cleaned = ", ".join(f"{_clean(name, c.type, c.text_length)} AS {_quote(name)}"
-                            for name, c in table.columns.items())
-        conditions = [f"{_quote(n)} IS NOT NULL" for n, c in table.columns.items() if not c.nullable]
-        if table.privacy_unit is not None:
-            conditions.append(f"{_quote(table.privacy_unit)} IS NOT NULL")
-            unit = _quote(table.privacy_unit)
-        else:
-            unit = "row_number() OVER ()"
-        row_hash = f"hash({', '.join(_quote(n) for n in table.columns)}, {salt})"
-        # 32-bit columns: a fixed-point bound is below 2**30, and no unit has 2**31 rows.
-        quantized = [f"CAST({fixed_point(c.interval).centered(exp.column(name)).sql(DIALECT)} AS INTEGER) AS "
-                     f"{quantized_column(name)}" for name, c in table.columns.items() if c.bounded]
-        ranks = (f"CAST(row_number() OVER (PARTITION BY {UNIT} ORDER BY {ROW_KEY}) AS INTEGER) AS {RANK}, "
-                 f"CAST(count(*) OVER (PARTITION BY {UNIT}) AS INTEGER) AS {UNIT_ROWS}") if not table.row_privacy \
-            else f"1 AS {RANK}, 1 AS {UNIT_ROWS}"
-        where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
-        # The conditions test the cleaned columns (NaN already NULL), not the raw ones.
-        cleaned_rows = f"SELECT * FROM (SELECT {cleaned} FROM {source}) {where}"
-        keyed = f"SELECT *, {unit} AS {UNIT}, {row_hash} AS {ROW_KEY} FROM ({cleaned_rows})"
-        prepared = f"SELECT *, {', '.join([ranks, *quantized])} FROM ({keyed})"
+        rows = prepared_rows(table, self._source(table), salt)
         try:
-            self._con.execute(f"CREATE TABLE {prepared_table(table.name)} AS {prepared}")
+            self._con.execute(f"CREATE TABLE {prepared_table(table.name)} AS {rows.sql(DIALECT)}")
         except duckdb.Error as exc:
             self._fail(table, "source", f"cannot load {table.source.pattern!r} with the declared column types: "
                                         f"{self._column_hint(table)} ({type(exc).__name__})")
@@ -123,29 +85,31 @@ class Engine:
         if table.source.kind == "duckdb":  # the copy is made: the steward's database file is not needed any more
             self._con.execute(f"DETACH {names.attached_source(table.name)}")
 
-    def _source(self, table: TablePolicy, typed: bool = True) -> str:
-        path = exp.Literal.string(table.source.pattern).sql(DIALECT)
-        if table.source.kind == "csv" and not typed:
-            return f"read_csv({path}, header = true, all_varchar = true)"
+    def _source(self, table: TablePolicy, typed: bool = True) -> exp.Expression:
+        """The table's source as DuckDB reads it: CSV with the declared types (or every column as text, to find its
+        columns and diagnose a type), Parquet, or the table of an attached DuckDB file."""
+        path = exp.Literal.string(table.source.pattern)
         if table.source.kind == "csv":
-            types = ", ".join(f"{exp.Literal.string(n).sql(DIALECT)}: '{c.type.duckdb}'"
-                              for n, c in table.columns.items())
-            return f"read_csv({path}, header = true, types = {{{types}}})"
+            types = exp.Struct(expressions=[exp.PropertyEQ(this=exp.Literal.string(name),
+                                                           expression=exp.Literal.string(column.type.duckdb))
+                                            for name, column in table.columns.items()])
+            option = _named("types", types) if typed else _named("all_varchar", exp.true())
+            return exp.Table(this=exp.Anonymous(this="read_csv", expressions=[path, _named("header", exp.true()),
+                                                                             option]))
         if table.source.kind == "parquet":
-            return f"read_parquet({path})"
+            return exp.Table(this=exp.Anonymous(this="read_parquet", expressions=[path]))
         alias = names.attached_source(table.name)
         attached = {row[0] for row in self._con.execute("SELECT database_name FROM duckdb_databases()").fetchall()}
-        if alias in attached:
-            return f"{alias}.{_quote(table.source.table)}"
-        try:
-            self._con.execute(f"ATTACH {path} AS {alias} (READ_ONLY)")
-        except duckdb.Error as exc:
-            self._fail(table, "source", f"cannot open the DuckDB database ({type(exc).__name__})")
-        return f"{alias}.{_quote(table.source.table)}"
+        if alias not in attached:
+            try:
+                self._con.execute(f"ATTACH {path.sql(DIALECT)} AS {alias} (READ_ONLY)")
+            except duckdb.Error as exc:
+                self._fail(table, "source", f"cannot open the DuckDB database ({type(exc).__name__})")
+        return exp.Table(this=exp.to_identifier(table.source.table, quoted=True), db=exp.to_identifier(alias))
 
-    def _source_columns(self, table: TablePolicy, source: str) -> dict[str, str]:
+    def _source_columns(self, table: TablePolicy, source: exp.Expression) -> dict[str, str]:
         try:
-            described = self._con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()
+            described = self._con.execute(f"DESCRIBE {exp.select('*').from_(source).sql(DIALECT)}").fetchall()
         except duckdb.Error as exc:
             self._fail(table, "source", f"cannot read {table.source.pattern!r} ({first_line(exc)})")
         return {row[0].lower(): row[1] for row in described}
@@ -161,10 +125,11 @@ class Engine:
         """
         source = self._source(table, typed=False)
         for name, column in table.columns.items():
-            unreadable = self._con.execute(
-                f"SELECT count(*) FROM {source} WHERE {_quote(name)} IS NOT NULL AND "
-                f"TRY_CAST({_quote(name)} AS {column.type.duckdb}) IS NULL").fetchone()[0]
-            if unreadable:
+            raw = exp.column(exp.to_identifier(name, quoted=True))
+            declared = exp.TryCast(this=raw.copy(), to=exp.DataType.build(column.type.duckdb, dialect=DIALECT))
+            unreadable = exp.and_(raw.is_(exp.null()).not_(), declared.is_(exp.null()))
+            count = exp.select(exp.Count(this=exp.Star())).from_(source).where(unreadable)
+            if self._con.execute(count.sql(DIALECT)).fetchone()[0]:
                 return f"column '{name}' has values that are not {column.type.value}"
         return "the source could not be read"
 
@@ -226,93 +191,10 @@ class Engine:
             self._con.close()
 
 
-class _Watchdog:
-    """Interrupts the connection when a query runs longer than `seconds` (DuckDB then raises InterruptException).
-
-    One thread per engine, waiting on a condition, so a query pays no thread start. The interrupt is sent with the
-    condition held, and a query ends by clearing its deadline under the same lock: once `running` is left, no
-    interrupt for that query is in flight (and DuckDB forgets an interrupt that finds no query running). The
-    thread holds the connection only weakly and stops when the watchdog is closed, collected, or at exit: a thread
-    still waiting at exit would keep DuckDB's objects alive through interpreter shutdown.
-    """
-
-    def __init__(self, con: duckdb.DuckDBPyConnection, seconds: float) -> None:
-        self._seconds = seconds
-        self._changed = threading.Condition()
-        self._state = _WatchState()
-        self._thread = threading.Thread(target=_watch, args=(self._changed, self._state, weakref.ref(con)),
-                                        name="dpsql-time-limit", daemon=True)
-        _THREADS[self._thread] = (self._changed, self._state)
-        self._thread.start()
-        self._stop = weakref.finalize(self, _stop, self._changed, self._state)
-
-    @contextlib.contextmanager
-    def running(self) -> Iterator[None]:
-        with self._changed:
-            self._state.deadline = time.monotonic() + self._seconds
-            self._changed.notify()
-        try:
-            yield
-        finally:
-            with self._changed:
-                self._state.deadline = None
-
-    def close(self) -> None:
-        self._stop()
-        self._thread.join()
-
-
-class _WatchState:
-    deadline: float | None = None  # time.monotonic() at which the running query is interrupted
-    closed = False
-
-
-_THREADS: dict[threading.Thread, tuple[threading.Condition, _WatchState]] = {}
-
-
-def _stop(changed: threading.Condition, state: _WatchState) -> None:
-    with changed:
-        state.closed = True
-        changed.notify()
-
-
-@atexit.register
-def _stop_all() -> None:
-    for thread, (changed, state) in list(_THREADS.items()):
-        _stop(changed, state)
-        thread.join()
-
-
-def _watch(changed: threading.Condition, state: _WatchState, con: weakref.ref) -> None:
-    try:
-        with changed:
-            while not state.closed:
-                if state.deadline is None:
-                    changed.wait()
-                elif time.monotonic() < state.deadline:
-                    changed.wait(state.deadline - time.monotonic())
-                else:
-                    connection = con()
-                    if connection is not None:
-                        connection.interrupt()
-                    del connection
-                    state.deadline = None
-    finally:
-        _THREADS.pop(threading.current_thread(), None)
-
-
 def _quote(name: str) -> str:
     return exp.to_identifier(name, quoted=True).sql(DIALECT)
 
 
-def _clean(name: str, ctype: ColumnType, max_length: int) -> str:
-    column = f"CAST({_quote(name)} AS {ctype.duckdb})"
-    if ctype is ColumnType.FLOAT:
-        # NaN sorts above every number, so it would slip through comparisons and clamps: it becomes NULL.
-        return f"CASE WHEN isnan({column}) THEN NULL ELSE {column} END"
-    if ctype is ColumnType.TEXT:
-        # Longer text is cut to the declared maximum, which the checker's per-row cost bound relies on.
-        return f"left({column}, {max_length})"
-    return column
-
-
+def _named(name: str, value: exp.Expression) -> exp.Expression:
+    """A named argument of a DuckDB table function: `header = true`."""
+    return exp.EQ(this=exp.var(name), expression=value)

@@ -199,10 +199,10 @@ def policy() -> None:
 @_errors_as_messages
 def check(file: Path) -> None:
     """Check a policy and load its tables: every problem is named with its table and key."""
-    from dpsql.engines.duckdb_engine import Engine
+    from dpsql.engines.duckdb_engine import DuckDBEngine
 
     loaded = load_policy(file)
-    Engine(loaded).close()
+    DuckDBEngine(loaded).close()
     for table in loaded.tables.values():
         bounded = [c.name for c in table.columns.values() if c.bounded]
         public = [c.name for c in table.columns.values() if c.values is not None]

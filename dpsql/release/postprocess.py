@@ -21,7 +21,7 @@ from dpsql.analysis.check import AggregateCall, CheckedQuery
 from dpsql.errors import ProgrammingError, first_line
 from dpsql.planning.aggregates import aggregate
 from dpsql.release.cells import ReleasedCells
-from dpsql.sql import names
+from dpsql.sql import names, sandbox
 from dpsql.sql.lossless import canonical_select, to_python
 from dpsql.sql.parse import DIALECT
 
@@ -43,11 +43,8 @@ class FinalRows:
 
 class PostProcessor:
     def __init__(self) -> None:
-        self._con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": "false",
-                                                       "autoload_known_extensions": "false"})
-        self._con.execute("SET error_on_division_by_zero = false")  # a noisy count of 0 gives inf, not an error
-        self._con.execute("SET enable_external_access = false")
-        self._con.execute("SET lock_configuration = true")
+        # A noisy count of 0 gives inf, not an error.
+        self._con = sandbox.connect({"error_on_division_by_zero": "false"})
 
     def run(self, query: CheckedQuery, key_types: list[str], cells: ReleasedCells) -> FinalRows:
         projection = _plain_projection(query)

@@ -2,9 +2,7 @@
 
 The SQL itself enforces everything the sensitivity analysis assumed:
 - at most m rows per privacy unit, chosen by a secret per-row hash, so the choice depends only on that unit's
-  own rows. The loader ranks each unit's rows once (`__dp_rank`); a query without a row filter keeps
-  `__dp_rank <= m`. A query with a filter caps *after* filtering (the filter is row-local, so this still
-  depends only on the unit's rows), ranking only the rows of units with more than m rows in all;
+  own rows (bounding.py: the table is ranked once at load, the cap pass keeps m rows per unit);
 - every bounded column clamped to its declared interval inside an aggregate, and every aggregated expression
   clamped to its derived interval and held as a fixed-point integer (see fixedpoint.py), so sums are exact;
 - every analyst expression in its total form (typecheck.py: integer arithmetic widened, failing casts as
@@ -25,6 +23,7 @@ from dpsql.analysis.typecheck import total_expression
 from dpsql.analysis.vetting import may_fail
 from dpsql.dp.fixedpoint import clamp, double, null_preserving
 from dpsql.planning.plan import MeasurementKind, MeasurementSpec, QueryPlan
+from dpsql.rewrite import bounding
 from dpsql.sql import names
 from dpsql.sql.parse import DIALECT, literal
 
@@ -105,21 +104,7 @@ def filter_rows(tree: exp.Select, context: _Context) -> exp.Select:
 
 
 def cap_rows_per_unit(tree: exp.Select, context: _Context) -> exp.Select:
-    m = context.plan.max_rows
-    if context.plan.query.table.row_privacy:
-        return tree  # every row is its own unit: the cap of one row holds by construction
-    where = tree.args.get("where")
-    if where is None:
-        return tree.where(exp.column(names.RANK, context.alias) <= m, copy=False)
-    filtered = exp.select("*").from_(exp.to_table(context.table).as_(context.alias)).where(where.this, copy=False)
-    small = exp.select("*").from_(names.FILTERED).where(exp.column(names.UNIT_ROWS) <= m, copy=False)
-    rank = exp.Window(this=exp.RowNumber(), partition_by=[exp.column(names.UNIT)],
-                      order=exp.Order(expressions=[exp.Ordered(this=exp.column(names.ROW_KEY))]))
-    large = exp.select("*").from_(names.FILTERED).where(exp.column(names.UNIT_ROWS) > m, copy=False).qualify(rank <= m,
-                                                                                                  copy=False)
-    capped = exp.select("*").from_(exp.to_table(names.BOUNDED).as_(context.alias), copy=False)
-    capped = capped.with_(names.FILTERED, as_=filtered, copy=False)
-    return capped.with_(names.BOUNDED, as_=exp.union(small, large, distinct=False, copy=False), copy=False)
+    return bounding.cap_rows(tree, context.plan.query.table, context.plan.max_rows, context.table, context.alias)
 
 
 def project_row_values(tree: exp.Select, context: _Context) -> exp.Select:
@@ -203,18 +188,18 @@ def _measurement(spec: MeasurementSpec, context: _Context) -> exp.Expression:
 
 
 def _precomputed(argument: exp.Expression, context: _Context) -> str | None:
-    """The loader's fixed-point column for a bare bounded column, if that is what is aggregated."""
+    """The prepared table's fixed-point column of a bare bounded column, if that is what is aggregated."""
     column = argument.unnest() if isinstance(argument, exp.Paren) else argument
     if not isinstance(column, exp.Column):
         return None
     policy = context.plan.query.table.columns.get(column.name)
-    return names.quantized_column(policy.name) if policy is not None and policy.bounded else None
+    return bounding.quantized(policy) if policy is not None else None
 
 
 def _value(argument: exp.Expression, context: _Context) -> exp.Expression:
     """The aggregated value of one row: bounded columns clamped, failures made NULL, booleans made 0/1.
 
-    For a bare bounded column this is the loader's precomputed fixed-point integer instead (the same
+    For a bare bounded column this is the prepared table's fixed-point integer instead (the same
     fixed_point of the declared interval that the plan used), so the common case costs one integer sum.
     """
     precomputed = _precomputed(argument, context)

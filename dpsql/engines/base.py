@@ -1,0 +1,32 @@
+"""What the session needs from an engine: the one place bounded SQL runs on the private tables.
+
+An engine is constructed from a policy (and, for tests only, a fixed bounding seed): construction reads every
+declared table and prepares it for bounding (rewrite/bounding.py), under the names the rewrite reads
+(sql/names.py). After that the session only asks two things, always in this order for a given SQL text: its
+column types, decided by the schema alone, and its rows. Anything more an engine offers (DuckDB's physical
+plans) stays on that engine.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+
+class Engine(ABC):
+    time_limit: float  # seconds a query may run before it is interrupted and fails
+
+    @abstractmethod
+    def dry_run(self, sql: str) -> list[str]:
+        """The column types of a bounded query, found without reading a row: a query that fails here (a type
+        error) is rejected with a message that depends on the SQL and the schema only, and costs nothing."""
+
+    @abstractmethod
+    def run(self, sql: str) -> list[tuple[Any, ...]]:
+        """The rows of a bounded query on the data, every value exact. Any failure, whatever its cause, raises
+        the one generic ExecutionFailed: how a query fails on the data could depend on a single row. Nothing a
+        query does survives it."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the tables and everything held for them."""

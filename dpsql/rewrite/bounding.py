@@ -1,0 +1,108 @@
+"""Contribution bounding, both halves: how a table is prepared when it is loaded, and how a query caps each unit.
+
+The sensitivity analysis assumes that one privacy unit contributes at most m rows to a query, that those rows
+are chosen by something that depends only on that unit's own rows and is unpredictable to the analyst, and
+that every bounded column lies in its declared interval. This module is where the SQL makes that true.
+
+At load (`prepared_rows`, once per table): each declared column is read with its declared type, NaN becomes
+NULL (NaN sorts above every number, so it would slip through comparisons and clamps), text is cut to its
+declared maximum length (the checker's per-row cost bound relies on it), and rows without a privacy unit or
+with NULL in a column declared `nullable = false` are dropped. Then each row gets a secret salted hash of its
+values (`__dp_key`), its rank within its unit by that hash (`__dp_rank`), the unit's row count (`__dp_n`), and
+each bounded column its clamped fixed-point integer (`__dp_q_<col>`, see dp/fixedpoint.py). Queries then only
+filter, so they do not sort the table per person each time.
+
+At query time (`cap_rows`): a query without a row filter keeps `__dp_rank <= m`. A query with a filter caps
+*after* filtering (the filter is row-local, so this still depends only on the unit's rows), ranking again, by
+the same hash, only the rows of units with more than m rows in all.
+
+Everything here is a sqlglot tree; the engine decides how the source is read and where the result is stored.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dpsql.dp.fixedpoint import fixed_point
+from dpsql.policy import ColumnPolicy, ColumnType, TablePolicy
+from dpsql.sql import names
+from dpsql.sql.parse import DIALECT
+
+
+def prepared_rows(table: TablePolicy, source: exp.Expression, salt: int) -> exp.Select:
+    """The SELECT that turns the rows of `source` (read with the declared types) into the prepared table.
+
+    The salt makes each unit's choice of rows unpredictable; the same salt gives the same ranks."""
+    cleaned = exp.select(*[exp.alias_(_cleaned(column), _column(name).this) for name, column in table.columns.items()],
+                         copy=False).from_(source.copy(), copy=False)
+    conditions = [_column(name).is_(exp.null()).not_() for name, column in table.columns.items()
+                  if not column.nullable]
+    if table.privacy_unit is not None:
+        conditions.append(_column(table.privacy_unit).is_(exp.null()).not_())
+    # The conditions test the cleaned columns (NaN already NULL), not the raw ones.
+    kept = exp.select("*", copy=False).from_(cleaned.subquery(copy=False), copy=False)
+    if conditions:
+        kept = kept.where(exp.and_(*conditions, copy=False), copy=False)
+    unit = _column(table.privacy_unit) if table.privacy_unit is not None else exp.Window(this=exp.RowNumber())
+    row_hash = exp.Anonymous(this="hash", expressions=[*map(_column, table.columns), exp.Literal.number(salt)])
+    keyed = exp.select("*", exp.alias_(unit, names.UNIT), exp.alias_(row_hash, names.ROW_KEY), copy=False) \
+        .from_(kept.subquery(copy=False), copy=False)
+    return exp.select("*", *_ranks(table), *_quantized(table), copy=False).from_(keyed.subquery(copy=False),
+                                                                                copy=False)
+
+
+def cap_rows(tree: exp.Select, table: TablePolicy, max_rows: int, prepared: str, alias: str) -> exp.Select:
+    """The bounded query's rows, at most `max_rows` per unit. `tree` reads the prepared table `prepared` as
+    `alias`, with the analyst's row filter (if any) as its WHERE; the result reads the kept rows as `alias`."""
+    if table.row_privacy:
+        return tree  # every row is its own unit: the cap of one row holds by construction
+    where = tree.args.get("where")
+    if where is None:
+        return tree.where(exp.column(names.RANK, alias) <= max_rows, copy=False)
+    filtered = exp.select("*").from_(exp.to_table(prepared).as_(alias)).where(where.this, copy=False)
+    small = exp.select("*").from_(names.FILTERED).where(exp.column(names.UNIT_ROWS) <= max_rows, copy=False)
+    large = exp.select("*").from_(names.FILTERED).where(exp.column(names.UNIT_ROWS) > max_rows, copy=False) \
+        .qualify(_rank_within_unit() <= max_rows, copy=False)
+    capped = exp.select("*").from_(exp.to_table(names.BOUNDED).as_(alias), copy=False)
+    capped = capped.with_(names.FILTERED, as_=filtered, copy=False)
+    return capped.with_(names.BOUNDED, as_=exp.union(small, large, distinct=False, copy=False), copy=False)
+
+
+def quantized(column: ColumnPolicy) -> str | None:
+    """The prepared table's fixed-point integer of a column (fixed_point of its declared interval), if it has one:
+    a query summing the bare column sums that instead."""
+    return names.quantized_column(column.name) if column.bounded else None
+
+
+def _column(name: str) -> exp.Column:
+    return exp.column(exp.to_identifier(name, quoted=True))
+
+
+def _cleaned(column: ColumnPolicy) -> exp.Expression:
+    value = exp.cast(_column(column.name), exp.DataType.build(column.type.duckdb, dialect=DIALECT))
+    if column.type is ColumnType.FLOAT:
+        return exp.Case().when(exp.IsNan(this=value), exp.null()).else_(value.copy())
+    if column.type is ColumnType.TEXT:
+        return exp.Left(this=value, expression=exp.Literal.number(column.text_length))
+    return value
+
+
+def _rank_within_unit() -> exp.Window:
+    """Each row's rank among its unit's rows, by the salted hash."""
+    return exp.Window(this=exp.RowNumber(), partition_by=[exp.column(names.UNIT)],
+                      order=exp.Order(expressions=[exp.Ordered(this=exp.column(names.ROW_KEY))]))
+
+
+def _ranks(table: TablePolicy) -> list[exp.Expression]:
+    if table.row_privacy:
+        return [exp.alias_(exp.Literal.number(1), names.RANK), exp.alias_(exp.Literal.number(1), names.UNIT_ROWS)]
+    # 32-bit columns: no unit has 2**31 rows.
+    unit_rows = exp.Window(this=exp.Count(this=exp.Star()), partition_by=[exp.column(names.UNIT)])
+    return [exp.alias_(exp.cast(_rank_within_unit(), exp.DataType.Type.INT), names.RANK),
+            exp.alias_(exp.cast(unit_rows, exp.DataType.Type.INT), names.UNIT_ROWS)]
+
+
+def _quantized(table: TablePolicy) -> list[exp.Expression]:
+    # 32-bit columns: a fixed-point bound is below 2**30.
+    return [exp.alias_(exp.cast(fixed_point(column.interval).centered(_column(name)), exp.DataType.Type.INT),
+                       quantized(column)) for name, column in table.columns.items() if column.bounded]
