@@ -39,20 +39,26 @@ class _Context:
     plan: QueryPlan
     table: str  # the physical table to read
     alias: str  # the alias the analyst's qualified expressions use
-    arguments: tuple[str, ...]  # the distinct aggregated expressions, in the order of their __v columns
+    # The distinct aggregated expressions, in the order of their __v columns. sqlglot nodes compare as trees, so a
+    # measurement's argument finds its column by equality, never by its rendered text.
+    arguments: tuple[exp.Expression, ...]
+
+    def value_index(self, argument: exp.Expression) -> int:
+        return self.arguments.index(argument)
 
 
 Pass = Callable[[exp.Select, _Context], exp.Select]
 
 
-def rewrite(plan: QueryPlan) -> BoundedQuery:
+def rewrite(plan: QueryPlan, dialect: str = DIALECT) -> BoundedQuery:
+    """The bounded query, as SQL of the target engine's dialect."""
     name = plan.query.table.name
-    sql = _build(plan, names.prepared_table(name)).sql(DIALECT)
+    sql = _build(plan, names.prepared_table(name)).sql(dialect)
     return BoundedQuery(sql=sql, key_count=len(plan.query.keys))
 
 
-def pretty(plan: QueryPlan) -> str:
-    return _build(plan, names.prepared_table(plan.query.table.name)).sql(DIALECT, pretty=True)
+def pretty(plan: QueryPlan, dialect: str = DIALECT) -> str:
+    return _build(plan, names.prepared_table(plan.query.table.name)).sql(dialect, pretty=True)
 
 
 def _build(plan: QueryPlan, table: str) -> exp.Select:
@@ -73,13 +79,9 @@ def _alias(plan: QueryPlan) -> str:
     return plan.query.table.name
 
 
-def _arguments(plan: QueryPlan) -> tuple[str, ...]:
+def _arguments(plan: QueryPlan) -> tuple[exp.Expression, ...]:
     """The distinct aggregated expressions, each projected once as __v<i>."""
-    seen: dict[str, None] = {}
-    for m in plan.measurements:
-        if m.spec.argument is not None:
-            seen.setdefault(m.spec.argument.sql(DIALECT))
-    return tuple(seen)
+    return tuple(dict.fromkeys(m.spec.argument for m in plan.measurements if m.spec.argument is not None))
 
 
 def _guarded(node: exp.Expression, context: _Context) -> exp.Expression:
@@ -112,7 +114,7 @@ def project_row_values(tree: exp.Select, context: _Context) -> exp.Select:
     keys = [exp.alias_(_guarded(k.expression, context), names.key(i))
             for i, k in enumerate(context.plan.query.keys)]
     values = [exp.alias_(_value(argument, context), names.row_value(i))
-              for i, argument in enumerate(_argument_nodes(context))]
+              for i, argument in enumerate(context.arguments)]
     unit = [exp.column(names.UNIT, context.alias)] if any(
         m.spec.kind is MeasurementKind.UNITS for m in context.plan.measurements) else []
     projection = [*keys, *values, *unit] or [exp.alias_(exp.Literal.number(1), names.ONE)]
@@ -124,7 +126,7 @@ def project_fixed_point(tree: exp.Select, context: _Context) -> exp.Select:
     points = {}
     for m in context.plan.measurements:
         if m.spec.kind in (MeasurementKind.SUM, MeasurementKind.SUMSQ):
-            points[context.arguments.index(m.spec.argument.sql(DIALECT))] = m.spec
+            points[context.value_index(m.spec.argument)] = m.spec
     passthrough = [exp.column(c.alias_or_name) for c in tree.expressions]
     integers = []
     for index, spec in sorted(points.items()):
@@ -153,15 +155,9 @@ PASSES: tuple[Pass, ...] = (
 )
 
 
-def _argument_nodes(context: _Context) -> list[exp.Expression]:
-    nodes = {m.spec.argument.sql(DIALECT): m.spec.argument for m in context.plan.measurements
-             if m.spec.argument is not None}
-    return [nodes[text] for text in context.arguments]
-
-
 def _value_column(spec: MeasurementSpec, context: _Context,
                   name: Callable[[int], str] = names.row_value) -> exp.Column:
-    return exp.column(name(context.arguments.index(spec.argument.sql(DIALECT))))
+    return exp.column(name(context.value_index(spec.argument)))
 
 
 def _measurement(spec: MeasurementSpec, context: _Context) -> exp.Expression:
