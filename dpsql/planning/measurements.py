@@ -18,7 +18,6 @@ from sqlglot import exp
 from dpsql.analysis.check import AggregateCall, readable
 from dpsql.dp.fixedpoint import FixedPoint
 from dpsql.dp.mechanisms import Mechanism
-from dpsql.sql.parse import DIALECT
 
 
 class MeasurementKind(StrEnum):
@@ -41,7 +40,8 @@ class MeasurementSpec:
 
     @functools.cached_property
     def key(self) -> tuple:
-        return (self.kind, self.argument.sql(DIALECT) if self.argument is not None else None, self.plain)
+        """What makes two specs the same measurement: sqlglot nodes compare (and hash) as trees."""
+        return (self.kind, self.argument, self.plain)
 
     @functools.cached_property
     def budget_item(self) -> tuple:
@@ -53,7 +53,7 @@ class MeasurementSpec:
         once (parallel composition), and COUNT(*) = NULLS(x) + ROWS(x) comes at no extra cost.
         """
         if self.kind in (MeasurementKind.ROWS, MeasurementKind.NULLS) and self.argument is not None:
-            return ("rows by null", self.argument.sql(DIALECT))
+            return ("rows by null", self.argument)
         return self.key
 
     @property
