@@ -356,7 +356,7 @@ def _outer_query(tree: exp.Select, table: TablePolicy, keys: tuple[GroupKey, ...
         ordered = []
         for item in order.expressions:
             target = _resolve_order_names(item.this, tree, table)
-            if not (isinstance(target, exp.Column) and target.meta.get(_OUTPUT_REFERENCE)):
+            if not (isinstance(target, exp.Column) and names.marked(target, _OUTPUT_REFERENCE)):
                 target = _replace_private(target, table, key_index, aggregates, _Place("ORDER BY", item.this))
             rewritten = item.copy()
             rewritten.set("this", target)
@@ -385,9 +385,7 @@ def _resolve_order_names(target: exp.Expression, tree: exp.Select, table: TableP
     items = tree.expressions
     aliases = [item.alias for item in items]
     if isinstance(target, exp.Column) and not target.table and target.name in aliases:
-        column = exp.column(names.output(aliases.index(target.name)))
-        column.meta[_OUTPUT_REFERENCE] = True
-        return column
+        return names.mark(exp.column(names.output(aliases.index(target.name))), _OUTPUT_REFERENCE)
     qualifier = tree.args["from_"].this.alias_or_name
 
     def resolve(part: exp.Expression) -> exp.Expression:

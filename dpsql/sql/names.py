@@ -6,7 +6,8 @@ The names of those tables and columns are built here and nowhere else. Every one
 `is_reserved` is what the policy loader uses to refuse a declared table or column that could be mistaken for one.
 
 A stage that needs to know *which* key or aggregate a column stands for reads it from the node's meta
-(`AGGREGATE_INDEX`), set where the column was made, never by parsing its name back.
+(`AGGREGATE_INDEX`), set where the column was made, never by parsing its name back; the value there is a `_Mark`,
+which no SQL text can forge.
 """
 
 from __future__ import annotations
@@ -88,26 +89,50 @@ def is_reserved(name: str) -> bool:
     return name.startswith(RESERVED_PREFIX)
 
 
+class _Mark:
+    """A value only dpsql code can put in a node's meta. sqlglot also fills meta from the analyst's text (a comment
+    `/* sqlglot.meta dpsql_aggregate_index=1 */` sets that key to True), so the marks the stages read must be of a
+    type no SQL text can produce: `_marked` trusts a key only when it holds one of these."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int | None = None) -> None:
+        self.index = index
+
+    def __deepcopy__(self, memo: dict) -> _Mark:  # node.copy() deep-copies meta: keep the mark what it is
+        return self
+
+
+def mark(node: exp.Expression, key: str, index: int | None = None) -> exp.Expression:
+    """Record on `node` that dpsql made it for `key` (with an index, for keys and aggregates)."""
+    node.meta[key] = _Mark(index)
+    return node
+
+
+def marked(node: exp.Expression, key: str) -> _Mark | None:
+    """The mark dpsql put on `node` under `key`, or None: a value forged from the analyst's text is ignored."""
+    value = node.meta.get(key)
+    return value if isinstance(value, _Mark) else None
+
+
 def aggregate_column(index: int) -> exp.Column:
     """A column of the noisy table standing for aggregate `index`, carrying the index for later stages."""
-    column = exp.column(aggregate(index))
-    column.meta[AGGREGATE_INDEX] = index
-    return column
+    return mark(exp.column(aggregate(index)), AGGREGATE_INDEX, index)
 
 
 def aggregate_index(node: exp.Expression) -> int | None:
     """The aggregate a column made by `aggregate_column` stands for; None for any other node."""
-    return node.meta.get(AGGREGATE_INDEX) if isinstance(node, exp.Column) else None
-
-
-def key_column(index: int) -> exp.Column:
-    column = exp.column(key(index))
-    column.meta[KEY_INDEX] = index
-    return column
+    found = marked(node, AGGREGATE_INDEX) if isinstance(node, exp.Column) else None
+    return found.index if found is not None else None
 
 
 KEY_INDEX = "dpsql_key_index"
 
 
+def key_column(index: int) -> exp.Column:
+    return mark(exp.column(key(index)), KEY_INDEX, index)
+
+
 def key_index(node: exp.Expression) -> int | None:
-    return node.meta.get(KEY_INDEX) if isinstance(node, exp.Column) else None
+    found = marked(node, KEY_INDEX) if isinstance(node, exp.Column) else None
+    return found.index if found is not None else None

@@ -106,8 +106,16 @@ def parse(sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None)
     if not isinstance(tree, exp.Select):
         raise QueryRejected(f"only SELECT queries can be answered, not {_statement_kind(tree)}")
     for node in tree.walk():
+        if any(_META_COMMENT in comment.lower() for comment in node.comments or ()):
+            # sqlglot reads such a comment into the node's meta, where the stages keep their own annotations
+            # (sql/names.py marks them unforgeably as well): refused from the text, at no cost.
+            raise QueryRejected("a comment with 'sqlglot.meta' is not accepted: it would annotate the query's "
+                                "syntax tree; remove the comment")
         node.comments = None
     return ParsedQuery(sql, _bind(tree, parameters))
+
+
+_META_COMMENT = "sqlglot.meta"
 
 
 
