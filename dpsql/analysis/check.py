@@ -535,4 +535,8 @@ def _single_aggregate(node: exp.Expression) -> int | None:
             return None  # x / noisy is not monotone across zero
         if isinstance(part, exp.Cast | exp.TryCast) and not part.to.is_type(*exp.DataType.NUMERIC_TYPES):
             return None
+        if isinstance(part, exp.Round | exp.Floor | exp.Ceil) and any(
+                _aggregate_columns(arg) for key, arg in part.args.items() if key != "this" and
+                isinstance(arg, exp.Expression)):
+            return None  # monotone in the value, not in the digits: ROUND(0.45, 0), (.., 1), (.., 2) = 0, 0.5, 0.45
     return columns[0]
