@@ -11,9 +11,12 @@ Scales are exact rationals built from the float epsilon or rho, so the noise dra
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from statistics import NormalDist
+
+import numpy as np
 
 from dpsql.dp.noise import RandomSource, discrete_gaussian, discrete_laplace
 
@@ -76,6 +79,25 @@ class LaplaceMechanism:
             t += 1
         return t
 
+    def pair_half_width(self, level: float) -> int:
+        """The smallest integer t with P(|Z1 + Z2| <= t) >= level, Z1, Z2 independent draws of this noise: the
+        exact interval of a sum of two measurements that share this mechanism (COUNT(*) from disjoint counts).
+
+        With alpha = exp(-1/b) and w = 1 - alpha, the convolution gives
+        P(Z1 + Z2 = k) = ((1 - alpha)/(1 + alpha))^2 alpha^|k| (|k| + 1 + 2 alpha^2 / (1 - alpha^2)), and summing the
+        geometric series, P(|Z1 + Z2| > t) = 2 alpha^(t+1) / (1 + alpha)^2 * (1 + (t + 1) w + 2 alpha^2 / (1 + alpha)),
+        written without 1 - alpha's cancellation (w = -expm1(-1/b)).
+        """
+        if not self.sensitivity:
+            return 0
+        u = self._inverse_scale
+        alpha, w = math.exp(-u), -math.expm1(-u)
+
+        def outside(t: int) -> float:
+            return 2 * math.exp(-(t + 1) * u) / (1 + alpha) ** 2 * (1 + (t + 1) * w + 2 * alpha**2 / (1 + alpha))
+
+        return _smallest(lambda t: outside(t) <= 1 - level)
+
 
 @dataclass(frozen=True)
 class GaussianMechanism:
@@ -123,5 +145,50 @@ class GaussianMechanism:
             return 0
         return math.ceil(NormalDist().inv_cdf((1 + level) / 2) * self.scale)
 
+    def pair_half_width(self, level: float) -> int:
+        """The smallest integer t with P(|Z1 + Z2| <= t) >= level for two independent draws (see Laplace's).
+
+        Below _EXACT_SIGMA the distribution of the sum is computed exactly, by convolving the two probability
+        vectors over +/- 14 sigma (what lies beyond is below 1e-40). Above it, the discrete Gaussian differs from the
+        sampled normal density by a relative exp(-2 pi^2 sigma^2), nothing at that size, so the sum is the normal
+        with variance 2 sigma^2 on the integers: P(|S| <= t) is P(|N| <= t + 1/2) up to that error, and the ceiling
+        of the continuous half-width leaves at least that half step to spare.
+        """
+        if not self.sensitivity:
+            return 0
+        if self.scale > _EXACT_SIGMA:
+            return math.ceil(NormalDist().inv_cdf((1 + level) / 2) * self.scale * math.sqrt(2))
+        reach = math.ceil(14 * self.scale) + 2
+        values = np.arange(-reach, reach + 1, dtype=float)
+        one = np.exp(-values**2 / (2 * float(self.sigma2)))
+        one /= one.sum()
+        pair = np.convolve(one, one)  # P(S = k) for k in -2 reach .. 2 reach
+        middle = 2 * reach
+
+        def inside(t: int) -> bool:
+            return math.fsum(pair[middle - t: middle + t + 1]) >= level
+
+        return _smallest(inside)
+
 
 Mechanism = LaplaceMechanism | GaussianMechanism
+
+_EXACT_SIGMA = 100.0
+
+
+def _smallest(holds: Callable[[int], bool]) -> int:
+    """The smallest t >= 0 for which `holds` (monotone: false, then true for ever) is true: gallop, then bisect."""
+    if holds(0):
+        return 0
+    high = 1
+    while not holds(high):
+        high *= 2
+    low = high // 2  # holds(low) is false
+    while high - low > 1:
+        middle = (low + high) // 2
+        if holds(middle):
+            high = middle
+        else:
+            low = middle
+    return high
+

@@ -100,6 +100,22 @@ class SummedNoise(LinearInterval):
         return width, math.sqrt(variance)
 
 
+class PairedCounts(LinearInterval):
+    """For the sum of two counts that share one budget item (so one mechanism): the exact quantile of the sum of two
+    independent integer noises. The continuous formula of SummedNoise gives a half-width between integers, and an
+    integer sum leaves it more often than 5% of the time when the noise is small (91.6% coverage at worst, found by
+    the red team)."""
+
+    name = "the exact quantile of the two counts' summed noise"
+
+    def spread(self, terms: Terms, measurements: Sequence[Measurement]) -> tuple[float, float]:
+        (first, i), (second, j) = terms
+        mechanism = measurements[i].mechanism
+        if (first, second) != (1.0, 1.0) or measurements[j].mechanism != mechanism or measurements[i].spec.step != 1:
+            raise ValueError("paired counts: two counts with one mechanism, added")
+        return float(mechanism.pair_half_width(LEVEL)), math.sqrt(2) * measurements[i].std
+
+
 class Fiducial(IntervalMethod):
     """For an output that is not linear in its measurements (dp/confidence.py): an interval per group."""
 
@@ -114,6 +130,7 @@ class Fiducial(IntervalMethod):
 
 LONE_QUANTILE = LoneQuantile()
 SUMMED_NOISE = SummedNoise()
+PAIRED_COUNTS = PairedCounts()
 FIDUCIAL = Fiducial()
 
 

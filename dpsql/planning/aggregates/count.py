@@ -6,7 +6,15 @@ import math
 from collections.abc import Sequence
 
 from dpsql.analysis.check import COUNT, AggregateCall
-from dpsql.planning.aggregates.base import LinearAggregate, Terms, counted_rows, number
+from dpsql.planning.aggregates.base import (
+    LONE_QUANTILE,
+    PAIRED_COUNTS,
+    LinearAggregate,
+    LinearInterval,
+    Terms,
+    counted_rows,
+    number,
+)
 from dpsql.planning.measurements import Measurement, MeasurementKind, MeasurementSpec, Measures, OutputRecipe
 
 
@@ -28,6 +36,9 @@ class Count(LinearAggregate):
         if recipe.parts:
             return tuple((1.0, part) for part in recipe.parts)
         return ((1.0, recipe.count),)
+
+    def interval_method(self, recipe: OutputRecipe) -> LinearInterval:
+        return PAIRED_COUNTS if recipe.parts else LONE_QUANTILE
 
     def limits(self, recipe: OutputRecipe) -> tuple[float, float]:
         return 0.0, math.inf
