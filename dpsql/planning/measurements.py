@@ -59,17 +59,20 @@ class MeasurementSpec:
     @property
     def label(self) -> str:
         arg = readable(self.argument) if self.argument is not None else None
+        term = arg  # as an operand of the centering: SUM((x > 0) - 0.5), not SUM(x > 0 - 0.5)
+        if arg is not None and not isinstance(self.argument, exp.Column | exp.Literal | exp.Func | exp.Paren):
+            term = f"({arg})"
         if self.kind is MeasurementKind.ROWS:
             return f"COUNT({arg or '*'})"
         if self.kind is MeasurementKind.NULLS:
-            return f"COUNT(*) WHERE {arg} IS NULL"
+            return f"COUNT(*) WHERE {term} IS NULL"
         if self.kind is MeasurementKind.UNITS:
             return "COUNT(DISTINCT unit)"
         if self.kind is MeasurementKind.SUM:
             if self.plain:
                 return f"SUM({arg})"
-            return f"SUM({arg} - {self.value_point.center_value:g})"
-        return f"SUM(({arg} - {self.value_point.center_value:g})^2 - {self.square_point.center_value:g})"
+            return f"SUM({term} - {self.value_point.center_value:g})"
+        return f"SUM(({term} - {self.value_point.center_value:g})^2 - {self.square_point.center_value:g})"
 
     def row_range(self) -> tuple[int, int]:
         """The integer one row contributes, in grid steps."""
