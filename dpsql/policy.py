@@ -72,6 +72,9 @@ class ColumnPolicy:
     values: tuple[Any, ...] | None = None  # a public domain: groups on this column need no partition selection
     nullable: bool = True  # False: rows with NULL (or NaN) here are dropped when the table is loaded
     max_length: int = 0  # text: the most characters a value keeps when loaded (longer ones are cut); 0: default
+    # The same value on every row of a unit (a patient's sex or birth year): checked at load. A row filter on such
+    # columns only keeps or drops whole units, so a query can cap each unit by the rank prepared at load.
+    per_unit: bool = False
 
     @property
     def text_length(self) -> int:
@@ -180,7 +183,7 @@ def load_policy(path: str | Path) -> Policy:
 
 
 _TABLE_KEYS = {"source", "format", "table", "privacy_unit", "row_privacy", "max_rows_per_unit", "columns"}
-_COLUMN_KEYS = {"type", "lower", "upper", "values", "nullable", "max_length"}
+_COLUMN_KEYS = {"type", "lower", "upper", "values", "nullable", "max_length", "per_unit"}
 _BUDGET_KEYS = {"epsilon", "delta", "query_epsilon", "query_delta", "accounting", "mechanism", "ledger",
                 "analysts"}
 _MAX_DOMAIN = 10_000
@@ -323,6 +326,7 @@ class _Reader:
         if values is not None:
             values = tuple(self.domain(here, ctype, values))
         nullable = self.typed(raw.get("nullable", True), here, "nullable", bool)
+        per_unit = self.typed(raw.get("per_unit", False), here, "per_unit", bool)
         max_length = 0
         if ctype is ColumnType.TEXT:
             max_length = self.typed(raw.get("max_length", DEFAULT_MAX_LENGTH), here, "max_length", int)
@@ -332,7 +336,7 @@ class _Reader:
                 self.fail(here, "values", f"a public value is longer than max_length ({max_length})")
         elif "max_length" in raw:
             self.fail(here, "max_length", f"applies to text columns, but the column is {ctype.value}")
-        return ColumnPolicy(name.lower(), ctype, lower, upper, values, nullable, max_length)
+        return ColumnPolicy(name.lower(), ctype, lower, upper, values, nullable, max_length, per_unit)
 
     def domain(self, here: str, ctype: ColumnType, values: Any) -> list[Any]:
         if not isinstance(values, list) or not values:

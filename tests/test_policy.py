@@ -64,6 +64,8 @@ def test_a_good_policy_loads_with_its_declarations(tmp_path: Path, data: Path) -
      "column 'age', key 'max_length'", "applies to text columns"),
     ({"columns": {"pid": {"type": "int"}, "city": {"type": "text", "values": ["abc"], "max_length": 2}}},
      "column 'city', key 'values'", "longer than max_length"),
+    ({"columns": {"pid": {"type": "int"}, "age": {"type": "int", "per_unit": "yes"}}}, "column 'age', key 'per_unit'",
+     "expected bool"),
     ({"columns": {"pid": {"type": "int"}, "__dp_rank": {"type": "int"}}}, "column '__dp_rank'",
      "reserved for dpsql's own"),
 ])

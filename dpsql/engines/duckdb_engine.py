@@ -21,7 +21,7 @@ from dpsql.engines.base import Engine
 from dpsql.engines.watchdog import Watchdog
 from dpsql.errors import ExecutionFailed, PolicyError, QueryRejected, first_line
 from dpsql.policy import Policy, TablePolicy
-from dpsql.rewrite.bounding import prepared_rows
+from dpsql.rewrite.bounding import prepared_rows, varying_units
 from dpsql.sql import names, sandbox
 from dpsql.sql.lossless import canonical_select, faithful
 from dpsql.sql.names import TWIN_SCHEMA, prepared_table
@@ -80,6 +80,13 @@ class DuckDBEngine(Engine):
         except duckdb.Error as exc:
             self._fail(table, "source", f"cannot load {table.source.pattern!r} with the declared column types: "
                                         f"{self._column_hint(table)} ({type(exc).__name__})")
+        for column in table.columns.values():
+            if column.per_unit and not table.row_privacy:
+                check = varying_units(table, prepared_table(table.name), column).sql(DIALECT)
+                if self._con.execute(check).fetchone()[0]:
+                    # To the steward loading the policy, the same for every query: names the column, no value.
+                    self._fail(table, f"columns.{column.name}", "declared per_unit = true, but some unit has "
+                                                               "different values (or NULL and a value) in it")
         self._con.execute(f"CREATE TABLE {TWIN_SCHEMA}.{prepared_table(table.name)} AS "
                           f"SELECT * FROM {prepared_table(table.name)} LIMIT 0")
         if table.source.kind == "duckdb":  # the copy is made: the steward's database file is not needed any more

@@ -14,7 +14,9 @@ filter, so they do not sort the table per person each time.
 
 At query time (`cap_rows`): a query without a row filter keeps `__dp_rank <= m`. A query with a filter caps
 *after* filtering (the filter is row-local, so this still depends only on the unit's rows), ranking again, by
-the same hash, only the rows of units with more than m rows in all.
+the same hash, only the rows of units with more than m rows in all; unless the filter reads only columns declared
+`per_unit` (the same value on every row of a unit, checked at load by `varying_units`): it then keeps whole units,
+and `__dp_rank <= m` is the same cap at the cost of a filter.
 
 Everything here is a sqlglot tree; the engine decides how the source is read and where the result is stored.
 """
@@ -51,13 +53,20 @@ def prepared_rows(table: TablePolicy, source: exp.Expression, salt: int) -> exp.
                                                                                 copy=False)
 
 
-def cap_rows(tree: exp.Select, table: TablePolicy, max_rows: int, prepared: str, alias: str) -> exp.Select:
+def cap_rows(tree: exp.Select, table: TablePolicy, max_rows: int, prepared: str, alias: str,
+             whole_units: bool = False) -> exp.Select:
     """The bounded query's rows, at most `max_rows` per unit. `tree` reads the prepared table `prepared` as
-    `alias`, with the analyst's row filter (if any) as its WHERE; the result reads the kept rows as `alias`."""
+    `alias`, with the analyst's row filter (if any) as its WHERE; the result reads the kept rows as `alias`.
+
+    `whole_units`: the filter reads only columns declared `per_unit` (checked at load), so it keeps all of a unit's
+    rows or none, and the rank prepared at load is already the rank among the kept rows. Keeping `rank <= m` is
+    private whatever the filter (at most m rows of each unit, chosen by its own rows: capping before the filter
+    is as private as after it); per_unit is what makes it the same answer as capping after.
+    """
     if table.row_privacy:
         return tree  # every row is its own unit: the cap of one row holds by construction
     where = tree.args.get("where")
-    if where is None:
+    if where is None or whole_units:
         return tree.where(exp.column(names.RANK, alias) <= max_rows, copy=False)
     filtered = exp.select("*").from_(exp.to_table(prepared).as_(alias)).where(where.this, copy=False)
     small = exp.select("*").from_(names.FILTERED).where(exp.column(names.UNIT_ROWS) <= max_rows, copy=False)
@@ -66,6 +75,16 @@ def cap_rows(tree: exp.Select, table: TablePolicy, max_rows: int, prepared: str,
     capped = exp.select("*").from_(exp.to_table(names.BOUNDED).as_(alias), copy=False)
     capped = capped.with_(names.FILTERED, as_=filtered, copy=False)
     return capped.with_(names.BOUNDED, as_=exp.union(small, large, distinct=False, copy=False), copy=False)
+
+
+def varying_units(table: TablePolicy, prepared: str, column: ColumnPolicy) -> exp.Select:
+    """How many units have more than one value (NULL counting as one) in a column declared per_unit: must be 0."""
+    value = exp.column(column.name)
+    varies = exp.or_(exp.Count(this=exp.Distinct(expressions=[value])) > 1,
+                     exp.and_(exp.Count(this=value.copy()) > 0, exp.Count(this=value.copy()) < exp.Count(
+                         this=exp.Star())))
+    per_unit = exp.select(exp.column(names.UNIT)).from_(prepared).group_by(exp.column(names.UNIT)).having(varies)
+    return exp.select(exp.Count(this=exp.Star())).from_(per_unit.subquery())
 
 
 def quantized(column: ColumnPolicy) -> str | None:

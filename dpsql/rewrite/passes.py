@@ -96,6 +96,8 @@ def filter_rows(tree: exp.Select, context: _Context) -> exp.Select:
     if where is None:
         return tree
     tree = tree.where(_guarded(where, context), copy=False)
+    if _whole_units(context):
+        return tree  # capped by the load-time rank, as without a filter: nothing to gain from dropping rows first
     # Rows whose public key is outside its declared values are never released; with a filter anyway, drop
     # them before the cap so that the cap is spent on rows that can count.
     for key in context.plan.query.keys:
@@ -106,7 +108,15 @@ def filter_rows(tree: exp.Select, context: _Context) -> exp.Select:
 
 
 def cap_rows_per_unit(tree: exp.Select, context: _Context) -> exp.Select:
-    return bounding.cap_rows(tree, context.plan.query.table, context.plan.max_rows, context.table, context.alias)
+    return bounding.cap_rows(tree, context.plan.query.table, context.plan.max_rows, context.table, context.alias,
+                             _whole_units(context))
+
+
+def _whole_units(context: _Context) -> bool:
+    """Whether the row filter reads only the unit and columns declared per_unit: it keeps whole units or none."""
+    table, where = context.plan.query.table, context.plan.query.where
+    return where is not None and all(column.name == table.privacy_unit or table.columns[column.name].per_unit
+                                     for column in where.find_all(exp.Column))
 
 
 def project_row_values(tree: exp.Select, context: _Context) -> exp.Select:
