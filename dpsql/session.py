@@ -63,13 +63,18 @@ class PrivateSession:
 
     def __init__(self, policy: Policy | str | Path, analyst: str | None = None, *,
                  epsilon: float | None = None, rng: RandomSource | None = None,
-                 bounding_seed: int | None = None, threads: int | None = None, create_ledger: bool = False) -> None:
+                 bounding_seed: int | None = None, threads: int | None = None, create_ledger: bool = False,
+                 engine: Engine | None = None) -> None:
         self.policy = policy if isinstance(policy, Policy) else load_policy(policy)
         self.analyst = analyst or _default_analyst()
         self.default_epsilon = epsilon
         self.rng = rng if rng is not None else SecureRandom()
         self.ledger = BudgetLedger(self.policy.budget.ledger, self.policy.budget, create=create_ledger)
-        self.engine = Engine(self.policy, bounding_seed=bounding_seed, threads=threads)
+        # A server shares one loaded engine between its analysts' sessions (the engine locks itself); the session
+        # closes only an engine it made.
+        self._owns_engine = engine is None
+        self.engine = engine if engine is not None else Engine(self.policy, bounding_seed=bounding_seed,
+                                                               threads=threads)
         self.post = PostProcessor()
         self._prepared: dict[tuple, PreparedQuery] = {}
 
@@ -131,7 +136,8 @@ class PrivateSession:
         return self.ledger.history(analyst)
 
     def close(self) -> None:
-        self.engine.close()
+        if self._owns_engine:
+            self.engine.close()
         self.post.close()
         self.ledger.close()
 
