@@ -94,8 +94,9 @@ def saslprep(password: str) -> str:
 class ScramExchange:
     """One login's exchange: client-first -> server-first, client-final -> server-final (or ScramError)."""
 
-    def __init__(self, verifier: Verifier) -> None:
+    def __init__(self, verifier: Verifier, *, server_nonce: str | None = None) -> None:
         self._verifier = verifier
+        self._server_nonce = server_nonce  # for tests (RFC 7677's example); otherwise fresh random bytes
         self._client_first_bare = ""
         self._server_first = ""
         self._gs2_header = ""
@@ -115,7 +116,7 @@ class ScramExchange:
             raise ScramError("the client-first message has no valid nonce")
         self._gs2_header = f"{flag},{authzid},"
         self._client_first_bare = bare
-        self._nonce = client_nonce + _b64(secrets.token_bytes(_NONCE_BYTES))
+        self._nonce = client_nonce + (self._server_nonce or _b64(secrets.token_bytes(_NONCE_BYTES)))
         self._server_first = f"r={self._nonce},s={_b64(self._verifier.salt)},i={self._verifier.iterations}"
         return self._server_first.encode("ascii")
 
