@@ -233,7 +233,9 @@ class Connection:
     async def _close(self) -> None:
         if self.session is not None:
             session, self.session = self.session, None
-            with contextlib.suppress(Exception):
+            # Even when the server shuts down (this task cancelled), the close runs to its end in its thread, and
+            # the executor's shutdown waits for it.
+            with contextlib.suppress(Exception, asyncio.CancelledError):
                 await self._in_thread(session.close)
         with contextlib.suppress(Exception):
             self.writer.close()
