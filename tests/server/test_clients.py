@@ -101,6 +101,11 @@ def test_startup_statements_are_answered_without_a_charge(served) -> None:
         with pytest.raises(psycopg.Error) as caught:
             conn.execute("SHOW no_such_setting")
         assert caught.value.sqlstate == "42704"
+        conn.execute("SET dpsql.epsilon = 2")
+        conn.execute("DISCARD ALL")
+        assert conn.info.parameter_status("application_name") == ""
+        assert conn.execute("SHOW dpsql.epsilon").fetchone() == ("default",)
+        assert conn.execute("EXPLAIN SELECT COUNT(*) FROM visits").fetchone()[0].startswith("Cost: epsilon 1")
         conn.execute("BEGIN")
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
         conn.execute("COMMIT")

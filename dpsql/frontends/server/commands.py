@@ -214,6 +214,15 @@ def _tag(tag: str, transaction: str | None = None) -> LocalCommand:
     return LocalCommand((), lambda ctx: Answer((), [], tag, transaction=transaction))
 
 
+def _discard_all(ctx: Context) -> Answer:
+    """Connection pools reset a connection with DISCARD ALL: the settings go back to those of the login."""
+    initial = Settings.initial(ctx.user, {})
+    changed = tuple(spelt for key, (spelt, value) in ctx.settings.values.items()
+                    if spelt in REPORTED and initial.values.get(key, (spelt, ""))[1] != value)
+    ctx.settings.values, ctx.settings.epsilon = initial.values, None
+    return Answer((), [], "DISCARD ALL", reported=changed)
+
+
 _NAME = r'(?:"[^"]+"|[a-z_][a-z0-9_$]*)(?:\.(?:"[^"]+"|[a-z_][a-z0-9_$]*))?'
 _RULES: list[tuple[str, Callable[[re.Match[str]], LocalCommand]]] = [
     (r"(?:begin|start transaction)(?: (?:work|transaction))?(?: [a-z ,]*)?",
@@ -235,7 +244,7 @@ _RULES: list[tuple[str, Callable[[re.Match[str]], LocalCommand]]] = [
     (r"select (?:pg_catalog\.)?current_schema\(\)",
      lambda m: _select("current_schema", "VARCHAR", lambda ctx: "public")),
     (r"select 1", lambda m: _select("?column?", "INTEGER", lambda ctx: 1)),
-    (r"discard all", lambda m: _tag("DISCARD ALL")),
+    (r"discard all", lambda m: LocalCommand((), _discard_all)),
 ]
 
 
