@@ -179,3 +179,27 @@ def test_without_a_certificate_tls_is_declined(served) -> None:
         psycopg.connect(dsn(served, sslmode="require"))
     with psycopg.connect(dsn(served, sslmode="prefer")) as conn:
         assert not conn.pgconn.ssl_in_use
+
+
+def test_an_idle_client_is_dropped_at_the_idle_timeout(tmp_path: Path) -> None:
+    running = start_server(sample_policy(tmp_path), idle_timeout=0.2)
+    client = RawClient(running.port)
+    try:
+        client.login("alice", PASSWORDS["alice"])
+        kind, body = client.receive()  # says nothing after logging in
+        assert kind == b"E" and error_fields(body)["C"] == "57P05"
+        assert client.receive() is None
+    finally:
+        client.close()
+        running.stop()
+
+
+def test_a_busy_engine_does_not_stop_other_clients(served) -> None:
+    """While a query holds the engine, other analysts still log in, set and show things without waiting."""
+    served.call(served.server.engine_turn.acquire())
+    try:
+        with psycopg.connect(dsn(served, "bob"), autocommit=True) as conn:
+            conn.execute("SET application_name = 'while busy'")
+            assert conn.execute("SHOW dpsql.budget").fetchone()[0] == "bob"
+    finally:
+        served.loop.call_soon_threadsafe(served.server.engine_turn.release)

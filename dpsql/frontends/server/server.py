@@ -528,10 +528,10 @@ class Connection:
         fields.end()
         statement = self._find_statement(statement_name)
         if len(values) != len(statement.reported):
-            raise pq.ProtocolViolation(f"bind message supplies {len(values)} parameters, but prepared statement "
+            raise WireError("08P01", f"bind message supplies {len(values)} parameters, but prepared statement "
                                        f'"{statement_name}" requires {len(statement.reported)}')
         if len(formats) not in (0, 1, len(values)) or any(f not in (0, 1) for f in formats + result_formats):
-            raise pq.ProtocolViolation("invalid format codes in a bind message")
+            raise WireError("08P01", "invalid format codes in a bind message")
         parameters = []
         for i, value in enumerate(values):
             binary = bool(formats[0] if len(formats) == 1 else formats[i] if formats else 0)
@@ -616,7 +616,7 @@ def _formats(codes: list[int], count: int) -> list[int]:
     if len(codes) == 1:
         return codes * count
     if len(codes) != count:
-        raise pq.ProtocolViolation(f"{len(codes)} result format codes for {count} columns")
+        raise WireError("08P01", f"{len(codes)} result format codes for {count} columns")
     return codes
 
 
