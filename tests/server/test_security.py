@@ -203,3 +203,32 @@ def test_a_busy_engine_does_not_stop_other_clients(served) -> None:
             assert conn.execute("SHOW dpsql.budget").fetchone()[0] == "bob"
     finally:
         served.loop.call_soon_threadsafe(served.server.engine_turn.release)
+
+
+def _wait_until(condition) -> None:
+    while not condition():
+        threading.Event().wait(0.01)
+
+
+@pytest.mark.parametrize("leaves_early", [True, False])
+def test_a_client_gone_before_its_turn_is_not_charged_and_one_killed_after_is_once(served, leaves_early) -> None:
+    before = len(charges(served.policy))
+    served.call(served.server.engine_turn.acquire())
+    client = RawClient(served.port)
+    try:
+        client.login("alice", PASSWORDS["alice"])
+        connection = max(served.server._connections.values(), key=lambda c: c.process_id)
+        client.send(b"Q", b"SELECT COUNT(*) FROM visits\0")
+        _wait_until(lambda: connection._busy)
+        if leaves_early:
+            client.close()
+            _wait_until(connection.reader.at_eof)
+    finally:
+        served.loop.call_soon_threadsafe(served.server.engine_turn.release)
+    if not leaves_early:
+        _wait_until(lambda: len(charges(served.policy)) == before + 1)
+        client.close()  # killed once its query runs: the charge stands, once
+    _wait_until(lambda: connection.process_id not in served.server._connections)
+    assert len(charges(served.policy)) == before + (0 if leaves_early else 1)
+    with psycopg.connect(dsn(served)) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM visits").fetchone()[0] > 0

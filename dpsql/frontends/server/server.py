@@ -476,6 +476,9 @@ class Connection:
                         await acquire
             if not acquire.done() or acquire.cancelled():
                 raise WireError("57014", "canceling statement due to user request")
+            if self.reader.at_eof():  # the client left while its query waited: do not charge it for nothing
+                turn.release()
+                raise WireError("08006", "the client has gone")
             try:
                 return await self._in_thread(work)
             finally:
