@@ -48,6 +48,7 @@ T = TypeVar("T")
 
 _LOGIN_MESSAGE_LIMIT = 10_000  # before login only small messages are read (SASL), whatever max_message says
 _EXPLAIN_COLUMNS = (("QUERY PLAN", "VARCHAR"),)
+_DESCRIBED_CACHE = 64
 
 
 @dataclass(frozen=True)
@@ -204,6 +205,7 @@ class Connection:
         self._tls = False
         self._busy = False
         self._cancelled = asyncio.Event()
+        self._described: dict[int, tuple[PreparedQuery, tuple[tuple[str, str], ...]]] = {}
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
 
@@ -450,8 +452,19 @@ class Connection:
         assert self.session is not None and self.settings is not None
         session, epsilon = self.session, self.settings.epsilon
         values = parameters if parameters is not None else [dummy_value(oid) for oid in statement.reported]
-        return await self._with_engine(lambda: _described(session, session.prepare(statement.sql, values or None,
-                                                                                    epsilon=epsilon)))
+        described = self._described
+
+        def describe() -> tuple[tuple[str, str], ...]:
+            # The session returns the same PreparedQuery for the same question, so its columns are worked out once
+            # (drivers describe before every execution); the entry keeps the object, so its id is not reused.
+            prepared = session.prepare(statement.sql, values or None, epsilon=epsilon)
+            found = described.get(id(prepared))
+            if found is None or found[0] is not prepared:
+                if len(described) >= _DESCRIBED_CACHE:
+                    described.pop(next(iter(described)))
+                found = described[id(prepared)] = (prepared, _described(session, prepared))
+            return found[1]
+        return await self._with_engine(describe)
 
     async def _in_thread(self, work: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
