@@ -243,13 +243,13 @@ def serve(policy: Path, host: str, port: int, tls_cert: Path | None, tls_key: Pa
     import asyncio
     import logging
 
-    from dpsql.frontends.server.server import DpsqlServer, ServerConfig, tls_context
+    from dpsql.frontends.server.server import DpsqlServer, ServerConfig, load_tls
 
     if (tls_cert is None) != (tls_key is None):
         raise ProgrammingError("give --tls-cert and --tls-key together")
     if require_tls and tls_cert is None:
         raise ProgrammingError("--require-tls needs --tls-cert and --tls-key")
-    tls = tls_context(tls_cert, tls_key) if tls_cert is not None and tls_key is not None else None
+    tls = load_tls(tls_cert, tls_key) if tls_cert is not None and tls_key is not None else None
     config = ServerConfig(host, port, tls, require_tls, max_connections, max_message, login_timeout, idle_timeout)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 

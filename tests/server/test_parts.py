@@ -58,6 +58,22 @@ def test_scram_refuses_channel_binding_it_did_not_offer() -> None:
         ScramExchange(make_verifier("pencil")).server_first(b"p=tls-server-end-point,,n=,r=abc")
 
 
+def test_scram_plus_binds_to_the_certificate_and_refuses_a_stripped_plus() -> None:
+    binding = b"certificate hash"
+    header = b"p=tls-server-end-point,,"
+    verifier = make_verifier("pencil", salt=_SALT)
+    exchange = ScramExchange(verifier, channel_binding=binding, server_nonce=_SERVER_NONCE)
+    assert exchange.mechanisms == ("SCRAM-SHA-256-PLUS", "SCRAM-SHA-256")
+    exchange.server_first(header + _CLIENT_FIRST[3:], "SCRAM-SHA-256-PLUS")
+    wrong = b"c=" + base64.b64encode(header + b"another hash") + _CLIENT_FINAL[6:]
+    with pytest.raises(ScramError, match="channel binding"):
+        exchange.server_final(wrong)
+    with pytest.raises(ScramError, match="stripped"):  # "y": I could bind, but you cannot; yet PLUS was offered
+        ScramExchange(verifier, channel_binding=binding).server_first(b"y" + _CLIENT_FIRST[1:])
+    with pytest.raises(ScramError):
+        ScramExchange(verifier).server_first(header + _CLIENT_FIRST[3:], "SCRAM-SHA-256-PLUS")  # not over TLS
+
+
 def test_verifier_round_trips_in_postgres_text_form() -> None:
     verifier = make_verifier("pencil", salt=_SALT)
     assert verifier.encode().startswith("SCRAM-SHA-256$4096:W22ZaJ0SNY7soEsUEjb6gQ==$")

@@ -13,7 +13,7 @@ import pg8000.native
 import psycopg
 import pytest
 
-from dpsql.frontends.server.server import tls_context
+from dpsql.frontends.server.server import load_tls
 from tests.server.conftest import PASSWORDS, RawClient, charges, dsn, error_fields, sample_policy, start_server
 
 
@@ -147,10 +147,10 @@ def _self_signed(folder: Path) -> tuple[Path, Path]:
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed to make a test certificate")
 def test_tls_required(tmp_path: Path) -> None:
     cert, key = _self_signed(tmp_path)
-    running = start_server(sample_policy(tmp_path / "policy"), tls=tls_context(cert, key), require_tls=True)
+    running = start_server(sample_policy(tmp_path / "policy"), tls=load_tls(cert, key), require_tls=True)
     try:
-        with psycopg.connect(dsn(running, sslmode="require")) as conn:
-            assert conn.pgconn.ssl_in_use
+        with psycopg.connect(dsn(running, sslmode="require", channel_binding="require")) as conn:
+            assert conn.pgconn.ssl_in_use  # and SCRAM-SHA-256-PLUS, bound to the certificate
             assert conn.execute("SELECT COUNT(*) FROM visits").fetchone()[0] > 0
         with pytest.raises(psycopg.OperationalError, match="accepts TLS connections only"):
             psycopg.connect(dsn(running, sslmode="disable"))
@@ -164,7 +164,7 @@ def test_tls_required(tmp_path: Path) -> None:
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed to make a test certificate")
 def test_tls_offered_but_not_required(tmp_path: Path) -> None:
     cert, key = _self_signed(tmp_path)
-    running = start_server(sample_policy(tmp_path / "policy"), tls=tls_context(cert, key))
+    running = start_server(sample_policy(tmp_path / "policy"), tls=load_tls(cert, key))
     try:
         with psycopg.connect(dsn(running, sslmode="prefer")) as conn:
             assert conn.pgconn.ssl_in_use

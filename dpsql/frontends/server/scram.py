@@ -5,8 +5,10 @@ of the password without sending it; the server proves it holds the verifier. Unk
 exchange with a fake verifier derived from a server secret, so the answers (a stable salt, the same iteration
 count, the same failure) do not tell which names exist.
 
-Channel binding (SCRAM-SHA-256-PLUS) is not offered: a client that could bind says so with the gs2 flag "y", which
-is accepted because the server never advertised the PLUS mechanism (RFC 5802 section 6).
+Over TLS, SCRAM-SHA-256-PLUS binds the exchange to the server's certificate (tls-server-end-point, RFC 5929):
+a man in the middle who terminates TLS with another certificate cannot relay the proof. When PLUS is offered, a
+client that says it could bind but thinks the server cannot (gs2 flag "y") is refused: someone stripped PLUS
+from the list (RFC 5802 section 6). Without TLS only SCRAM-SHA-256 is offered, and "y" is accepted.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import unicodedata
 from dataclasses import dataclass
 
 MECHANISM = "SCRAM-SHA-256"
+MECHANISM_PLUS = "SCRAM-SHA-256-PLUS"
+_BINDING_TYPE = "tls-server-end-point"
 DEFAULT_ITERATIONS = 4096  # PostgreSQL's default (scram_iterations); RFC 7677 asks for at least 4096
 MIN_ITERATIONS = 4096
 _SALT_BYTES = 16
@@ -94,20 +98,37 @@ def saslprep(password: str) -> str:
 class ScramExchange:
     """One login's exchange: client-first -> server-first, client-final -> server-final (or ScramError)."""
 
-    def __init__(self, verifier: Verifier, *, server_nonce: str | None = None) -> None:
+    def __init__(self, verifier: Verifier, *, channel_binding: bytes | None = None,
+                 server_nonce: str | None = None) -> None:
         self._verifier = verifier
+        self._binding = channel_binding  # the certificate hash when PLUS is offered (over TLS), else None
         self._server_nonce = server_nonce  # for tests (RFC 7677's example); otherwise fresh random bytes
         self._client_first_bare = ""
         self._server_first = ""
         self._gs2_header = ""
+        self._bound = b""
         self._nonce = ""
 
-    def server_first(self, client_first: bytes) -> bytes:
+    @property
+    def mechanisms(self) -> tuple[str, ...]:
+        return (MECHANISM_PLUS, MECHANISM) if self._binding is not None else (MECHANISM,)
+
+    def server_first(self, client_first: bytes, mechanism: str = MECHANISM) -> bytes:
+        if mechanism not in self.mechanisms:
+            raise ScramError(f"mechanism {mechanism!r} was not offered")
         text = _text(client_first)
         flag, _, rest = text.partition(",")
         authzid, _, bare = rest.partition(",")
-        if flag not in ("n", "y"):  # "p=...": channel binding, which the server did not offer
-            raise ScramError("channel binding was not offered")
+        if mechanism == MECHANISM_PLUS:
+            if flag != f"p={_BINDING_TYPE}":
+                raise ScramError(f"{MECHANISM_PLUS} needs channel binding {_BINDING_TYPE}")
+            self._bound = self._binding or b""
+        elif flag.startswith("p="):
+            raise ScramError(f"channel binding needs {MECHANISM_PLUS}")
+        elif flag == "y" and self._binding is not None:
+            raise ScramError("the client could bind but believes the server cannot: PLUS was stripped")
+        elif flag not in ("n", "y"):
+            raise ScramError("malformed gs2 header")
         if authzid:
             raise ScramError("an authorization identity is not supported")
         attributes = _attributes(bare)
@@ -129,7 +150,7 @@ class ScramExchange:
         if not separator:
             raise ScramError("the client-final message has no proof")
         attributes = _attributes(without_proof)
-        if attributes.get("c") != _b64(self._gs2_header.encode("ascii")):
+        if attributes.get("c") != _b64(self._gs2_header.encode("ascii") + self._bound):
             raise ScramError("the channel binding data does not match")
         if attributes.get("r") != self._nonce:
             raise ScramError("the nonce does not match")
@@ -178,3 +199,47 @@ def _b64(data: bytes) -> str:
 
 def _unb64(text: str) -> bytes:
     return base64.b64decode(text, validate=True)
+
+
+def end_point_hash(certificate_der: bytes) -> bytes | None:
+    """tls-server-end-point channel binding data (RFC 5929 section 4.1): the certificate hashed with the hash of its
+    signature algorithm (SHA-256 for MD5 and SHA-1). None for an algorithm without one (RSASSA-PSS, Ed25519), for
+    which PLUS is then not offered."""
+    hash_name = _SIGNATURE_HASHES.get(_signature_algorithm(certificate_der))
+    return hashlib.new(hash_name, certificate_der).digest() if hash_name else None
+
+
+_SIGNATURE_HASHES = {
+    "1.2.840.113549.1.1.4": "sha256", "1.2.840.113549.1.1.5": "sha256",  # md5, sha1 with RSA: SHA-256
+    "1.2.840.113549.1.1.14": "sha224", "1.2.840.113549.1.1.11": "sha256", "1.2.840.113549.1.1.12": "sha384",
+    "1.2.840.113549.1.1.13": "sha512", "1.2.840.10045.4.1": "sha256", "1.2.840.10045.4.3.1": "sha224",
+    "1.2.840.10045.4.3.2": "sha256", "1.2.840.10045.4.3.3": "sha384", "1.2.840.10045.4.3.4": "sha512",
+}
+
+
+def _signature_algorithm(der: bytes) -> str:
+    """The OID of Certificate.signatureAlgorithm: SEQUENCE { tbsCertificate, signatureAlgorithm, signature }."""
+    def header(at: int) -> tuple[int, int, int]:  # tag, where the content starts, its length
+        tag, first = der[at], der[at + 1]
+        if first < 0x80:
+            return tag, at + 2, first
+        count = first & 0x7F
+        return tag, at + 2 + count, int.from_bytes(der[at + 2:at + 2 + count], "big")
+
+    try:
+        _, body, _ = header(0)
+        _, tbs_start, tbs_length = header(body)
+        _, algorithm, _ = header(tbs_start + tbs_length)
+        tag, oid_start, oid_length = header(algorithm)
+        if tag != 0x06:
+            return ""
+        oid = der[oid_start:oid_start + oid_length]
+        parts, value = [oid[0] // 40, oid[0] % 40], 0
+        for byte in oid[1:]:
+            value = (value << 7) | (byte & 0x7F)
+            if not byte & 0x80:
+                parts.append(value)
+                value = 0
+        return ".".join(map(str, parts))
+    except IndexError:
+        return ""

@@ -36,7 +36,7 @@ from dpsql.frontends.server import protocol as pq
 from dpsql.frontends.server import types
 from dpsql.frontends.server.commands import Answer, Context, LocalCommand, Settings, explain_target, local_command
 from dpsql.frontends.server.parameters import dummy_value, parameter_types
-from dpsql.frontends.server.scram import MECHANISM, ScramError, ScramExchange
+from dpsql.frontends.server.scram import ScramError, ScramExchange, end_point_hash
 from dpsql.frontends.server.statements import split_statements
 from dpsql.frontends.server.users import UserStore, users_path
 from dpsql.policy import Policy
@@ -55,7 +55,7 @@ _DESCRIBED_CACHE = 64
 class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 5433
-    tls: ssl.SSLContext | None = None
+    tls: Tls | None = None
     require_tls: bool = False
     max_connections: int = 64
     max_message: int = pq.DEFAULT_MAX_MESSAGE
@@ -63,11 +63,20 @@ class ServerConfig:
     idle_timeout: float = 3600.0  # seconds a logged-in client may send nothing; 0: no limit
 
 
-def tls_context(cert: Path, key: Path) -> ssl.SSLContext:
+@dataclass(frozen=True)
+class Tls:
+    context: ssl.SSLContext
+    end_point: bytes | None  # the certificate's tls-server-end-point hash: SCRAM-SHA-256-PLUS is offered if known
+
+
+def load_tls(cert: Path, key: Path) -> Tls:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(cert, key)
-    return context
+    pem = Path(cert).read_text()  # the first certificate in the file is the server's own
+    start = pem.index("-----BEGIN CERTIFICATE-----")
+    end = pem.index("-----END CERTIFICATE-----", start) + len("-----END CERTIFICATE-----")
+    return Tls(context, end_point_hash(ssl.PEM_cert_to_DER_cert(pem[start:end])))
 
 
 class WireError(Exception):
@@ -274,7 +283,7 @@ class Connection:
                 # TLS (CVE-2021-23214): refuse them. (StreamReader has no public way to look at its buffer.)
                 if getattr(self.reader, "_buffer", b""):
                     raise pq.ProtocolViolation("data after SSLRequest before the TLS handshake")
-                await self.writer.start_tls(self.server.config.tls)
+                await self.writer.start_tls(self.server.config.tls.context)
                 self._tls = True
                 continue
             if code == pq.GSSENC_REQUEST:
@@ -310,16 +319,17 @@ class Connection:
     async def _authenticate(self, user: str) -> None:
         """SCRAM-SHA-256, the same exchange for a known and an unknown name, and the same failure."""
         verifier, known = self.server.users().verifier(user)
-        exchange = ScramExchange(verifier)
-        self.writer.write(pq.authentication(pq.AUTH_SASL, pq.cstring(MECHANISM) + b"\0"))
+        exchange = ScramExchange(verifier, channel_binding=self._binding())
+        self.writer.write(pq.authentication(pq.AUTH_SASL, b"".join(pq.cstring(m) for m in exchange.mechanisms)
+                                            + b"\0"))
         await self.writer.drain()
         initial = pq.BodyReader(await self._sasl_message())
         mechanism = initial.cstring()
         data = initial.counted()
-        if mechanism != MECHANISM or data is None:
-            raise WireError("28000", f"the server offers {MECHANISM} only", "FATAL")
+        if mechanism not in exchange.mechanisms or data is None:
+            raise WireError("28000", f"the server offers {', '.join(exchange.mechanisms)} only", "FATAL")
         try:
-            first = exchange.server_first(data)
+            first = exchange.server_first(data, mechanism)
         except ScramError as exc:
             raise WireError("08P01", f"malformed SCRAM message: {exc}", "FATAL") from None
         self.writer.write(pq.authentication(pq.AUTH_SASL_CONTINUE, first))
@@ -332,6 +342,10 @@ class Connection:
             log.info("failed login for %r", user)
             raise WireError("28P01", f'password authentication failed for user "{user}"', "FATAL")
         self.writer.write(pq.authentication(pq.AUTH_SASL_FINAL, final) + pq.authentication(pq.AUTH_OK))
+
+    def _binding(self) -> bytes | None:
+        tls = self.server.config.tls
+        return tls.end_point if self._tls and tls is not None else None
 
     async def _sasl_message(self) -> bytes:
         message = await pq.read_message(self.reader, _LOGIN_MESSAGE_LIMIT)
