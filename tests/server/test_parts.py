@@ -175,3 +175,13 @@ def test_parameters_decoded_from_text_and_binary() -> None:
     assert types.decode_parameter(None, types.INT8, True) is None
     with pytest.raises(Exception, match="invalid binary value"):
         types.decode_parameter(b"\0\0", types.INT8, True)
+
+
+def test_serve_checks_its_tls_options(tmp_path: Path) -> None:
+    policy = _policy(tmp_path)
+    runner = CliRunner()
+    alone = runner.invoke(main, ["serve", "--policy", str(policy), "--require-tls"])
+    assert alone.exit_code == 4 and "--require-tls needs --tls-cert and --tls-key" in alone.output
+    (tmp_path / "server.crt").write_text("")
+    half = runner.invoke(main, ["serve", "--policy", str(policy), "--tls-cert", str(tmp_path / "server.crt")])
+    assert half.exit_code == 4 and "together" in half.output
