@@ -185,3 +185,9 @@ def test_serve_checks_its_tls_options(tmp_path: Path) -> None:
     (tmp_path / "server.crt").write_text("")
     half = runner.invoke(main, ["serve", "--policy", str(policy), "--tls-cert", str(tmp_path / "server.crt")])
     assert half.exit_code == 4 and "together" in half.output
+
+
+def test_serve_refuses_to_start_without_a_ledger(tmp_path: Path) -> None:
+    policy = _policy(tmp_path)
+    failed = CliRunner().invoke(main, ["serve", "--policy", str(policy), "--port", "0"])
+    assert failed.exit_code == 1 and "ledger" in failed.output

@@ -42,6 +42,7 @@ from dpsql.frontends.server.users import UserStore, users_path
 from dpsql.policy import Policy
 from dpsql.release.cells import release
 from dpsql.session import PreparedQuery, PrivateResult, PrivateSession
+from dpsql.store.ledger import BudgetLedger
 
 log = logging.getLogger("dpsql.server")
 T = TypeVar("T")
@@ -119,7 +120,9 @@ class DpsqlServer:
         return self._server.sockets[0].getsockname()[1]
 
     async def start(self) -> None:
-        self.users()  # fail at start, not at the first login, if the users file is broken
+        # Fail at start, not at the first login, if the users file or the ledger is missing or broken.
+        self.users()
+        BudgetLedger(self.policy.budget.ledger, self.policy.budget).close()
         if self.engine is None:
             self.engine = await asyncio.get_running_loop().run_in_executor(self.executor, Engine, self.policy)
         self._server = await asyncio.start_server(self._accept, self.config.host, self.config.port,
@@ -229,7 +232,7 @@ class Connection:
             await self._fatal("08006" if self.session is None else "57P05",
                               "login timed out" if self.session is None else
                               "terminating connection due to idle-session timeout")
-        except WireError as exc:
+        except (WireError, Error) as exc:
             await self._fatal(exc.sqlstate, str(exc))
         except (_Closed, asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
             pass
