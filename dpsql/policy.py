@@ -147,6 +147,7 @@ class Policy:
     tables: dict[str, TablePolicy]
     budget: BudgetPolicy
     time_limit: float = DEFAULT_TIME_LIMIT  # seconds a query may run on the data before it fails ([engine])
+    users: Path | None = None  # the server's SCRAM verifiers ([server] users; default beside the ledger)
 
     def table(self, name: str) -> TablePolicy | None:
         return self.tables.get(name.lower())
@@ -164,7 +165,7 @@ def load_policy(path: str | Path) -> Policy:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise PolicyError(f"policy {path}: not valid TOML ({exc})") from None
     reader = _Reader(path)
-    reader.keys(raw, "", {"budget", "tables", "engine"})
+    reader.keys(raw, "", {"budget", "tables", "engine", "server"})
     tables_raw = reader.require(raw, "", "tables", dict)
     if not tables_raw:
         reader.fail("", "tables", "declare at least one table")
@@ -179,7 +180,15 @@ def load_policy(path: str | Path) -> Policy:
     reader.keys(engine, "[engine]", {"time_limit_seconds"})
     time_limit = reader.number(engine, "[engine]", "time_limit_seconds", default=DEFAULT_TIME_LIMIT,
                                hi=_MAX_TIME_LIMIT)
-    return Policy(path, tables, budget, time_limit)
+    server = reader.typed(raw.get("server", {}), "", "server", dict)
+    reader.keys(server, "[server]", {"users"})
+    users = reader.typed(server.get("users", f"{path.stem}.users.json"), "[server]", "users", str)
+    if not users.strip():
+        reader.fail("[server]", "users", "must name a file")
+    users_path = Path(users).expanduser()
+    if not users_path.is_absolute():  # relative to the ledger's folder, so the default sits beside the ledger
+        users_path = (budget.ledger.parent if "users" not in server else path.parent) / users_path
+    return Policy(path, tables, budget, time_limit, users_path)
 
 
 _TABLE_KEYS = {"source", "format", "table", "privacy_unit", "row_privacy", "max_rows_per_unit", "columns"}

@@ -58,6 +58,7 @@ class PreparedQuery:
     plan: QueryPlan
     bounded: BoundedQuery
     key_types: list[str]
+    output_types: list[str]  # the DuckDB type of each released column, found by the rehearsal (a wire Describe)
 
 
 class PrivateSession:
@@ -65,13 +66,18 @@ class PrivateSession:
 
     def __init__(self, policy: Policy | str | Path, analyst: str | None = None, *,
                  epsilon: float | None = None, rng: RandomSource | None = None,
-                 bounding_seed: int | None = None, threads: int | None = None, create_ledger: bool = False) -> None:
+                 bounding_seed: int | None = None, threads: int | None = None, create_ledger: bool = False,
+                 engine: Engine | None = None) -> None:
         self.policy = policy if isinstance(policy, Policy) else load_policy(policy)
         self.analyst = analyst or _default_analyst()
         self.default_epsilon = epsilon
         self.rng = rng if rng is not None else SecureRandom()
         self.ledger = BudgetLedger(self.policy.budget.ledger, self.policy.budget, create=create_ledger)
-        self.engine: Engine = DuckDBEngine(self.policy, bounding_seed=bounding_seed, threads=threads)
+        # A server shares one loaded engine between its analysts' sessions (the engine locks itself); the session
+        # closes only an engine it made.
+        self._owns_engine = engine is None
+        self.engine: Engine = engine if engine is not None else DuckDBEngine(
+            self.policy, bounding_seed=bounding_seed, threads=threads)
         self.post = PostProcessor()
         self._prepared: dict[tuple, PreparedQuery] = {}
 
@@ -88,19 +94,18 @@ class PrivateSession:
         if prepared is None:
             query_plan = plan(check(parse(sql, parameters), self.policy, VOCABULARY), budget)
             bounded = rewrite(query_plan)
-            types = self.engine.dry_run(bounded.sql)
-            prepared = PreparedQuery(query_plan, bounded, types[:bounded.key_count])
-            self._rehearse(prepared)
+            key_types = self.engine.dry_run(bounded.sql)[:bounded.key_count]
+            prepared = PreparedQuery(query_plan, bounded, key_types, self._rehearse(query_plan, key_types))
             if len(self._prepared) >= _PREPARED_CACHE:
                 self._prepared.pop(next(iter(self._prepared)))
             self._prepared[key] = prepared
         return prepared
 
-    def _rehearse(self, prepared: PreparedQuery) -> None:
+    def _rehearse(self, query_plan: QueryPlan, key_types: list[str]) -> list[str]:
         """Run the stages after the charge on no groups at all: whatever fails whatever the data (an interval's
-        arithmetic, a type error in ORDER BY) fails here, before the charge, and costs nothing."""
-        empty = release_no_groups(prepared.plan)
-        self.post.run(prepared.plan.query, prepared.key_types, empty)
+        arithmetic, a type error in ORDER BY) fails here, before the charge, and costs nothing. Returns the
+        output's column types, which need neither the data nor the budget."""
+        return self.post.run(query_plan.query, key_types, release_no_groups(query_plan)).types
 
     def execute(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None, *,
                 epsilon: float | None = None) -> PrivateResult:
@@ -133,7 +138,8 @@ class PrivateSession:
         return self.ledger.history(analyst)
 
     def close(self) -> None:
-        self.engine.close()
+        if self._owns_engine:
+            self.engine.close()
         self.post.close()
         self.ledger.close()
 

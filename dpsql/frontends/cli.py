@@ -218,3 +218,100 @@ def check(file: Path) -> None:
     else:
         click.echo(f"ledger: {budget.ledger} does not exist yet: create it with `dpsql budget --init --policy {file}`")
     click.echo("ok")
+
+
+@main.command()
+@_policy_option
+@click.option("--host", default="127.0.0.1", show_default=True, help="The address to listen on.")
+@click.option("--port", default=5433, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--tls-cert", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="The server's TLS certificate (PEM); with --tls-key, clients may ask for TLS.")
+@click.option("--tls-key", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="The private key of --tls-cert (PEM).")
+@click.option("--require-tls", is_flag=True, help="Refuse connections that do not use TLS.")
+@click.option("--max-connections", default=64, show_default=True, type=click.IntRange(1))
+@click.option("--max-message", default=1 << 20, show_default=True, type=click.IntRange(1024),
+              help="The largest message a client may send, in bytes.")
+@click.option("--login-timeout", default=30.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds from connecting to logged in.")
+@click.option("--idle-timeout", default=3600.0, show_default=True, type=click.FloatRange(min=0),
+              help="Seconds a client may stay silent (0: no limit).")
+@_errors_as_messages
+def serve(policy: Path, host: str, port: int, tls_cert: Path | None, tls_key: Path | None, require_tls: bool,
+          max_connections: int, max_message: int, login_timeout: float, idle_timeout: float) -> None:
+    """Serve the policy's tables over the PostgreSQL protocol: psql, drivers and BI tools log in as analysts."""
+    import asyncio
+    import logging
+
+    from dpsql.frontends.server.server import DpsqlServer, ServerConfig, load_tls
+
+    if (tls_cert is None) != (tls_key is None):
+        raise ProgrammingError("give --tls-cert and --tls-key together")
+    if require_tls and tls_cert is None:
+        raise ProgrammingError("--require-tls needs --tls-cert and --tls-key")
+    tls = load_tls(tls_cert, tls_key) if tls_cert is not None and tls_key is not None else None
+    config = ServerConfig(host, port, tls, require_tls, max_connections, max_message, login_timeout, idle_timeout)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+    async def run() -> None:
+        server = DpsqlServer(load_policy(policy), config)
+        await server.start()
+        click.echo(f"dpsql: serving {policy} on {host}:{server.port}{' (TLS)' if tls else ''}", err=True)
+        try:
+            await server.serve_forever()
+        finally:
+            await server.close()
+
+    asyncio.run(run())
+
+
+@main.group()
+def user() -> None:
+    """The analysts who may log in to `dpsql serve` (SCRAM-SHA-256 verifiers, never passwords)."""
+
+
+@user.command(name="add")
+@click.argument("name")
+@_policy_option
+@click.option("--password-stdin", is_flag=True, help="Read the password from the first line of stdin.")
+@_errors_as_messages
+def user_add(name: str, policy: Path, password_stdin: bool) -> None:
+    """Add an analyst, or set a new password for one."""
+    from dpsql.frontends.server.users import UserStore, users_path
+
+    path = users_path(load_policy(policy))
+    store = UserStore.load(path, create=True)
+    if password_stdin:
+        password = sys.stdin.readline().removesuffix("\n").removesuffix("\r")
+    else:
+        password = click.prompt(f"password for {name}", hide_input=True, confirmation_prompt=True)
+    new = store.add(name, password)
+    store.save()
+    click.echo(f"{'added' if new else 'changed the password of'} {name} in {path}", err=True)
+
+
+@user.command(name="list")
+@_policy_option
+@_errors_as_messages
+def user_list(policy: Path) -> None:
+    """List the analysts who may log in."""
+    from dpsql.frontends.server.users import UserStore, users_path
+
+    path = users_path(load_policy(policy))
+    for name in sorted(UserStore.load(path, create=True).verifiers):
+        click.echo(name)
+
+
+@user.command(name="remove")
+@click.argument("name")
+@_policy_option
+@_errors_as_messages
+def user_remove(name: str, policy: Path) -> None:
+    """Remove an analyst: they can no longer log in (their charges stay in the ledger)."""
+    from dpsql.frontends.server.users import UserStore, users_path
+
+    path = users_path(load_policy(policy))
+    store = UserStore.load(path)
+    store.remove(name)
+    store.save()
+    click.echo(f"removed {name} from {path}", err=True)

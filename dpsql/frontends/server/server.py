@@ -1,0 +1,650 @@
+"""`dpsql serve`: the PostgreSQL wire protocol in front of private sessions, on asyncio.
+
+One process loads the policy's tables once (one sandboxed engine) and serves many clients. Each connection logs
+in with SCRAM-SHA-256 as an analyst the steward registered (users.py) and gets its own PrivateSession over the
+shared engine, so every statement goes through the same pipeline, charges and refusals as the DB-API's.
+
+Concurrency: the event loop only frames messages. Whatever touches the engine (the dry run of a Describe, a
+query) runs in a worker thread, one at a time, in the order asked: the engine runs one query at a time anyway,
+and a query still waiting for its turn can be cancelled before it is charged. A query already running on the data
+runs to its end (or the policy's time limit); its charge stands, as with every query that touched the data.
+
+Limits: connections, message size (smaller before login), login time and idle time. A client that breaks the
+protocol or a limit gets one FATAL error and loses its own connection; the others are not affected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import itertools
+import logging
+import secrets
+import ssl
+import struct
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from dpsql.engines.base import Engine
+from dpsql.engines.duckdb_engine import DuckDBEngine
+from dpsql.errors import Error, NotSupportedError, ProgrammingError
+from dpsql.frontends.explain import explain
+from dpsql.frontends.server import protocol as pq
+from dpsql.frontends.server import types
+from dpsql.frontends.server.commands import Answer, Context, LocalCommand, Settings, explain_target, local_command
+from dpsql.frontends.server.parameters import dummy_value, parameter_types
+from dpsql.frontends.server.scram import ScramError, ScramExchange, end_point_hash
+from dpsql.frontends.server.statements import split_statements
+from dpsql.frontends.server.users import UserStore, users_path
+from dpsql.policy import Policy
+from dpsql.session import PrivateResult, PrivateSession
+from dpsql.store.ledger import BudgetLedger
+
+log = logging.getLogger("dpsql.server")
+T = TypeVar("T")
+
+_LOGIN_MESSAGE_LIMIT = 10_000  # before login only small messages are read (SASL), whatever max_message says
+_EXPLAIN_COLUMNS = (("QUERY PLAN", "VARCHAR"),)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 5433
+    tls: Tls | None = None
+    require_tls: bool = False
+    max_connections: int = 64
+    max_message: int = pq.DEFAULT_MAX_MESSAGE
+    login_timeout: float = 30.0  # seconds from connect to logged in
+    idle_timeout: float = 3600.0  # seconds a logged-in client may send nothing; 0: no limit
+
+
+@dataclass(frozen=True)
+class Tls:
+    context: ssl.SSLContext
+    end_point: bytes | None  # the certificate's tls-server-end-point hash: SCRAM-SHA-256-PLUS is offered if known
+
+
+def load_tls(cert: Path, key: Path) -> Tls:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cert, key)
+    pem = Path(cert).read_text()  # the first certificate in the file is the server's own
+    start = pem.index("-----BEGIN CERTIFICATE-----")
+    end = pem.index("-----END CERTIFICATE-----", start) + len("-----END CERTIFICATE-----")
+    return Tls(context, end_point_hash(ssl.PEM_cert_to_DER_cert(pem[start:end])))
+
+
+class WireError(Exception):
+    """An error the server itself raises (not the pipeline): a SQLSTATE and a message."""
+
+    def __init__(self, sqlstate: str, message: str, severity: str = "ERROR") -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+        self.severity = severity
+
+
+class _Closed(Exception):
+    """The connection is over: the client said Terminate, or a FATAL error was sent."""
+
+
+class DpsqlServer:
+    """The listening server. `await start()`, then `await serve_forever()` or `await close()`."""
+
+    def __init__(self, policy: Policy, config: ServerConfig, *, engine: Engine | None = None,
+                 session_factory: Callable[..., PrivateSession] = PrivateSession) -> None:
+        self.policy = policy
+        self.config = config
+        self.engine = engine
+        self._owns_engine = engine is None
+        self._session_factory = session_factory
+        self._users_path = users_path(policy)
+        self._users: UserStore | None = None
+        self._users_stamp: tuple[int, int] | None = None
+        self._connections: dict[int, Connection] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._ids = itertools.count(secrets.randbelow(1 << 20) + 1000)
+        self._server: asyncio.Server | None = None
+        # Sessions are made and closed and statements run in these threads; queries take the engine in turn.
+        self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="dpsql-server")
+        self.engine_turn = asyncio.Lock()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None and self._server.sockets
+        return self._server.sockets[0].getsockname()[1]
+
+    async def start(self) -> None:
+        # Fail at start, not at the first login, if the users file or the ledger is missing or broken.
+        self.users()
+        BudgetLedger(self.policy.budget.ledger, self.policy.budget).close()
+        if self.engine is None:
+            self.engine = await asyncio.get_running_loop().run_in_executor(self.executor, DuckDBEngine, self.policy)
+        self._server = await asyncio.start_server(self._accept, self.config.host, self.config.port,
+                                                  limit=self.config.max_message + 1024)
+        log.info("dpsql server listening on %s:%s", self.config.host, self.port)
+
+    async def serve_forever(self) -> None:
+        assert self._server is not None
+        await self._server.serve_forever()
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.get_running_loop().run_in_executor(None, self.executor.shutdown)
+        if self._owns_engine and self.engine is not None:
+            self.engine.close()
+
+    def users(self) -> UserStore:
+        """The users file, read again when it changed, so `dpsql user add` takes effect without a restart."""
+        stat = self._users_path.stat() if self._users_path.exists() else None
+        stamp = (stat.st_mtime_ns, stat.st_size) if stat else None
+        if self._users is None or stamp != self._users_stamp:
+            self._users = UserStore.load(self._users_path, create=True) if stamp is None else \
+                UserStore.load(self._users_path)
+            self._users_stamp = stamp
+        return self._users
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        connection = Connection(self, reader, writer, next(self._ids) & 0x7FFFFFFF, secrets.randbits(32))
+        full = len(self._connections) >= self.config.max_connections
+        self._connections[connection.process_id] = connection
+        try:
+            await connection.run(refuse=full)
+        finally:
+            self._connections.pop(connection.process_id, None)
+            self._tasks.discard(task)
+
+    def cancel(self, process_id: int, secret: int) -> None:
+        connection = self._connections.get(process_id)
+        if connection is not None and hmac.compare_digest(struct.pack("!I", connection.secret),
+                                                          struct.pack("!I", secret)):
+            connection.cancel()
+
+
+@dataclass
+class Statement:
+    """A parsed (extended protocol) statement: its text, what it is, and its parameters' types."""
+
+    sql: str
+    declared: list[int]  # the OIDs the client gave (0: unspecified)
+    reported: list[int]  # the OIDs the server reports: declared, else inferred
+    command: LocalCommand | None = None
+    explained: str | None = None  # the query of an EXPLAIN
+
+
+@dataclass
+class Portal:
+    statement: Statement
+    parameters: list[Any]
+    result_formats: list[int]
+    answer: Answer | None = None
+    sent: int = 0
+
+
+@dataclass
+class _State:
+    transaction: bytes = b"I"
+    skipping: bool = False  # after an error in the extended protocol: discard messages until Sync
+    statements: dict[str, Statement] = field(default_factory=dict)
+    portals: dict[str, Portal] = field(default_factory=dict)
+
+
+class Connection:
+    def __init__(self, server: DpsqlServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 process_id: int, secret: int) -> None:
+        self.server = server
+        self.reader = reader
+        self.writer = writer
+        self.process_id = process_id
+        self.secret = secret
+        self.user = ""
+        self.session: PrivateSession | None = None
+        self.settings: Settings | None = None
+        self.state = _State()
+        self._tls = False
+        self._busy = False
+        self._cancelled = asyncio.Event()
+
+    # ---- lifecycle -------------------------------------------------------------------------------------------
+
+    async def run(self, *, refuse: bool = False) -> None:
+        try:
+            logged_in = await asyncio.wait_for(self._login(refuse), self.server.config.login_timeout)
+            if logged_in:
+                await self._serve()
+        except pq.ProtocolViolation as exc:
+            await self._fatal(exc.sqlstate, f"protocol violation: {exc}")
+        except TimeoutError:
+            await self._fatal("08006" if self.session is None else "57P05",
+                              "login timed out" if self.session is None else
+                              "terminating connection due to idle-session timeout")
+        except (WireError, Error) as exc:
+            await self._fatal(exc.sqlstate, str(exc))
+        except (_Closed, asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
+            pass
+        except asyncio.CancelledError:
+            await self._fatal("57P01", "terminating connection due to administrator command")
+        except Exception:  # a bug: log it, tell the client as little as possible
+            log.exception("connection %s failed", self.process_id)
+            await self._fatal("XX000", "internal error in the dpsql server")
+        finally:
+            await self._close()
+
+    async def _close(self) -> None:
+        if self.session is not None:
+            session, self.session = self.session, None
+            # Even when the server shuts down (this task cancelled), the close runs to its end in its thread, and
+            # the executor's shutdown waits for it.
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await self._in_thread(session.close)
+        with contextlib.suppress(Exception):
+            self.writer.close()
+            await asyncio.wait_for(self.writer.wait_closed(), 5)
+
+    async def _fatal(self, sqlstate: str, text: str) -> None:
+        with contextlib.suppress(Exception):
+            self.writer.write(pq.error_response("FATAL", sqlstate, text))
+            await asyncio.wait_for(self.writer.drain(), 5)
+
+    def cancel(self) -> None:
+        """A CancelRequest for this connection: reaches a query still waiting for the engine; otherwise ignored."""
+        if self._busy:
+            self._cancelled.set()
+
+    # ---- login -----------------------------------------------------------------------------------------------
+
+    async def _login(self, refuse: bool) -> bool:
+        while True:
+            code, rest = await pq.read_startup(self.reader)
+            if code == pq.CANCEL_REQUEST:
+                if len(rest) == 8:
+                    self.server.cancel(*struct.unpack("!iI", rest))
+                return False
+            if refuse:
+                raise WireError("53300", "sorry, too many clients already", "FATAL")
+            if code == pq.SSL_REQUEST and not self._tls:
+                if self.server.config.tls is None:
+                    self.writer.write(b"N")
+                    continue
+                self.writer.write(b"S")
+                await self.writer.drain()
+                # Bytes sent after SSLRequest but before the handshake would be read as if they had come over
+                # TLS (CVE-2021-23214): refuse them. (StreamReader has no public way to look at its buffer.)
+                if getattr(self.reader, "_buffer", b""):
+                    raise pq.ProtocolViolation("data after SSLRequest before the TLS handshake")
+                await self.writer.start_tls(self.server.config.tls.context)
+                self._tls = True
+                continue
+            if code == pq.GSSENC_REQUEST:
+                self.writer.write(b"N")
+                continue
+            if code >> 16 != 3:
+                raise WireError("0A000", f"unsupported frontend protocol {code >> 16}.{code & 0xFFFF}: "
+                                         "dpsql speaks 3.0", "FATAL")
+            break
+        startup = pq.startup_parameters(rest)
+        unsupported = sorted(name for name in startup if name.startswith("_pq_."))
+        if code & 0xFFFF or unsupported:
+            self.writer.write(pq.negotiate_protocol_version(0, unsupported))
+        user = startup.get("user", "")
+        if not user:
+            raise WireError("28000", "no user name specified in the startup packet", "FATAL")
+        if self.server.config.require_tls and not self._tls:
+            raise WireError("28000", "this server accepts TLS connections only (use sslmode=require)", "FATAL")
+        await self._authenticate(user)
+        self.user = user
+        self.settings = Settings.initial(user, startup)
+        self.session = await self._in_thread(self.server._session_factory, self.server.policy, user,
+                                             engine=self.server.engine)
+        for name in ("server_version", "server_encoding", "client_encoding", "DateStyle", "IntervalStyle",
+                     "TimeZone", "integer_datetimes", "standard_conforming_strings", "application_name",
+                     "is_superuser", "session_authorization"):
+            self.writer.write(pq.parameter_status(name, self.settings.get(name)))
+        self.writer.write(pq.backend_key_data(self.process_id, self.secret))
+        self.writer.write(pq.ready_for_query(b"I"))
+        await self.writer.drain()
+        return True
+
+    async def _authenticate(self, user: str) -> None:
+        """SCRAM-SHA-256, the same exchange for a known and an unknown name, and the same failure."""
+        verifier, known = self.server.users().verifier(user)
+        exchange = ScramExchange(verifier, channel_binding=self._binding())
+        self.writer.write(pq.authentication(pq.AUTH_SASL, b"".join(pq.cstring(m) for m in exchange.mechanisms)
+                                            + b"\0"))
+        await self.writer.drain()
+        initial = pq.BodyReader(await self._sasl_message())
+        mechanism = initial.cstring()
+        data = initial.counted()
+        if mechanism not in exchange.mechanisms or data is None:
+            raise WireError("28000", f"the server offers {', '.join(exchange.mechanisms)} only", "FATAL")
+        try:
+            first = exchange.server_first(data, mechanism)
+        except ScramError as exc:
+            raise WireError("08P01", f"malformed SCRAM message: {exc}", "FATAL") from None
+        self.writer.write(pq.authentication(pq.AUTH_SASL_CONTINUE, first))
+        await self.writer.drain()
+        try:
+            final = exchange.server_final(await self._sasl_message())
+        except ScramError:
+            final = None
+        if final is None or not known:
+            log.info("failed login for %r", user)
+            raise WireError("28P01", f'password authentication failed for user "{user}"', "FATAL")
+        self.writer.write(pq.authentication(pq.AUTH_SASL_FINAL, final) + pq.authentication(pq.AUTH_OK))
+
+    def _binding(self) -> bytes | None:
+        tls = self.server.config.tls
+        return tls.end_point if self._tls and tls is not None else None
+
+    async def _sasl_message(self) -> bytes:
+        message = await pq.read_message(self.reader, _LOGIN_MESSAGE_LIMIT)
+        if message.kind == b"X":
+            raise _Closed()
+        if message.kind != b"p":
+            raise pq.ProtocolViolation(f"expected a SASL response, got message {message.kind!r}")
+        return message.body
+
+    # ---- the logged-in loop ----------------------------------------------------------------------------------
+
+    async def _serve(self) -> None:
+        idle = self.server.config.idle_timeout or None
+        while True:
+            message = await asyncio.wait_for(pq.read_message(self.reader, self.server.config.max_message), idle)
+            kind = message.kind
+            if kind == b"X":
+                return
+            if kind == b"Q":
+                await self._simple_query(message.body)
+            elif kind in b"PBDECHS" and len(kind) == 1:
+                await self._extended(kind, message.body)
+            elif kind == b"F":
+                await self._extended_error(WireError("0A000", "function calls are not supported"))
+            else:
+                raise pq.ProtocolViolation(f"unexpected message type {kind!r}")
+            await self.writer.drain()
+
+    def _send(self, data: bytes) -> None:
+        self.writer.write(data)
+
+    def _send_error(self, exc: BaseException) -> None:
+        if isinstance(exc, Error):
+            self._send(pq.error_response("ERROR", exc.sqlstate, str(exc) or type(exc).__name__))
+        elif isinstance(exc, WireError):
+            self._send(pq.error_response(exc.severity, exc.sqlstate, str(exc)))
+        else:  # a bug in the server: its message might say anything, so it goes to the log only
+            log.error("statement failed in connection %s", self.process_id, exc_info=exc)
+            self._send(pq.error_response("ERROR", "XX000", "internal error in the dpsql server"))
+
+    async def _simple_query(self, body: bytes) -> None:
+        reader = pq.BodyReader(body)
+        sql = reader.cstring()
+        reader.end()
+        statements = split_statements(sql)
+        if not statements:
+            self._send(pq.EMPTY_QUERY)
+        for text in statements:
+            try:
+                answer = await self._answer(self._statement(text, [], infer=False), [])
+            except (Error, WireError) as exc:
+                self._send_error(exc)
+                break
+            except Exception as exc:
+                self._send_error(exc)
+                break
+            if answer.columns:
+                self._send(pq.row_description([types.field(n, t, 0) for n, t in answer.columns]))
+            self._send_answer(answer, [0] * len(answer.columns), 0, len(answer.rows))
+            self._send(pq.command_complete(answer.tag))
+        self._send(pq.ready_for_query(self.state.transaction))
+
+    def _send_answer(self, answer: Answer, formats: list[int], start: int, stop: int) -> None:
+        oids = [types.wire_type(t).oid for _, t in answer.columns]
+        for row in answer.rows[start:stop]:
+            self._send(pq.data_row([types.encode_binary(v, oid) if binary else types.encode_text(v)
+                                    for v, oid, binary in zip(row, oids, formats, strict=True)]))
+        for reported in answer.reported:
+            assert self.settings is not None
+            self._send(pq.parameter_status(reported, self.settings.get(reported)))
+        for notice in answer.notices:
+            self._send(pq.notice_response(notice))
+        if answer.transaction == "begin":
+            self.state.transaction = b"T"
+        elif answer.transaction == "end":
+            self.state.transaction = b"I"
+
+    # ---- statements ------------------------------------------------------------------------------------------
+
+    def _statement(self, sql: str, declared: list[int], *, infer: bool = True) -> Statement:
+        command = local_command(sql)
+        if command is not None:
+            return Statement(sql, declared, declared, command=command)
+        explained = explain_target(sql)
+        reported = parameter_types(explained or sql, declared, self.server.policy) if infer else declared
+        return Statement(sql, declared, reported, explained=explained)
+
+    async def _answer(self, statement: Statement, parameters: list[Any]) -> Answer:
+        assert self.session is not None and self.settings is not None
+        session, settings, epsilon = self.session, self.settings, self.settings.epsilon
+        bound = parameters or None
+        if statement.command is not None:
+            if parameters:
+                raise ProgrammingError("this statement takes no parameters")
+            context = Context(settings, self.user, lambda: session.spending(self.user))
+            return await self._in_thread(statement.command.run, context)
+        if statement.explained is not None:
+            text = await self._with_engine(lambda: explain(session.prepare(statement.explained, bound,
+                                                                           epsilon=epsilon).plan))
+            return Answer(_EXPLAIN_COLUMNS, [(line,) for line in text.splitlines()], "EXPLAIN")
+        result = await self._with_engine(lambda: session.execute(statement.sql, bound, epsilon=epsilon))
+        return self._private_answer(result)
+
+    def _private_answer(self, result: PrivateResult) -> Answer:
+        cost, left = result.cost, result.spending
+        delta = f", delta {float(cost.delta):g}" if cost.delta else ""
+        notice = (f"dpsql: this query cost epsilon {float(cost.epsilon):g}{delta}; {self.user} has epsilon "
+                  f"{left.epsilon_remaining:g} of {left.epsilon_total:g} left")
+        columns = tuple((c.name, c.type) for c in result.columns)
+        return Answer(columns, result.rows, f"SELECT {len(result.rows)}", notices=(notice,))
+
+    async def _columns(self, statement: Statement, parameters: list[Any] | None) -> tuple[tuple[str, str], ...]:
+        """The columns a statement returns, from the dry run only: nothing runs on the data, nothing is charged."""
+        if statement.command is not None:
+            return statement.command.columns
+        if statement.explained is not None:
+            return _EXPLAIN_COLUMNS
+        assert self.session is not None and self.settings is not None
+        session, epsilon = self.session, self.settings.epsilon
+        values = parameters if parameters is not None else [dummy_value(oid) for oid in statement.reported]
+
+        def describe() -> tuple[tuple[str, str], ...]:
+            # The session's rehearsal found the output types when it prepared the question: no data, no charge.
+            prepared = session.prepare(statement.sql, values or None, epsilon=epsilon)
+            return tuple(zip(prepared.plan.query.output_names, prepared.output_types, strict=True))
+        return await self._with_engine(describe)
+
+    async def _in_thread(self, work: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.server.executor, lambda: work(*args, **kwargs))
+
+    async def _with_engine(self, work: Callable[[], T]) -> T:
+        """Run `work` in a worker thread when the engine is free. A cancel that arrives while the query waits for
+        its turn stops it before anything is charged."""
+        self._cancelled.clear()
+        self._busy = True
+        turn = self.server.engine_turn
+        try:
+            acquire = asyncio.ensure_future(turn.acquire())
+            cancelled = asyncio.ensure_future(self._cancelled.wait())
+            try:
+                await asyncio.wait({acquire, cancelled}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                cancelled.cancel()
+                if not acquire.done():
+                    acquire.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await acquire
+            if not acquire.done() or acquire.cancelled():
+                raise WireError("57014", "canceling statement due to user request")
+            if self.reader.at_eof():  # the client left while its query waited: do not charge it for nothing
+                turn.release()
+                raise WireError("08006", "the client has gone")
+            try:
+                return await self._in_thread(work)
+            finally:
+                turn.release()
+        finally:
+            self._busy = False
+
+    # ---- the extended protocol -------------------------------------------------------------------------------
+
+    async def _extended(self, kind: bytes, body: bytes) -> None:
+        if kind == b"S":
+            self.state.skipping = False
+            if self.state.transaction == b"I":
+                self.state.portals.clear()
+            self._send(pq.ready_for_query(self.state.transaction))
+            return
+        if kind == b"H":
+            return  # Flush: the caller drains the writer after every message
+        if self.state.skipping:
+            return
+        try:
+            await {b"P": self._parse, b"B": self._bind, b"D": self._describe, b"E": self._execute,
+                   b"C": self._close_object}[kind](pq.BodyReader(body))
+        except pq.ProtocolViolation:
+            raise
+        except Exception as exc:
+            await self._extended_error(exc)
+
+    async def _extended_error(self, exc: BaseException) -> None:
+        self._send_error(exc)
+        self.state.skipping = True
+
+    async def _parse(self, fields: pq.BodyReader) -> None:
+        name, sql = fields.cstring(), fields.cstring()
+        declared = [fields.uint32() for _ in range(fields.int16())]
+        fields.end()
+        if name and name in self.state.statements:
+            raise WireError("42P05", f'prepared statement "{name}" already exists')
+        statements = split_statements(sql)
+        if len(statements) > 1:
+            raise WireError("42601", "cannot insert multiple commands into a prepared statement")
+        self.state.statements[name] = self._statement(statements[0] if statements else "", declared)
+        self._send(pq.PARSE_COMPLETE)
+
+    async def _bind(self, fields: pq.BodyReader) -> None:
+        portal_name, statement_name = fields.cstring(), fields.cstring()
+        formats = [fields.int16() for _ in range(fields.int16())]
+        values = [fields.counted() for _ in range(fields.int16())]
+        result_formats = [fields.int16() for _ in range(fields.int16())]
+        fields.end()
+        statement = self._find_statement(statement_name)
+        if len(values) != len(statement.reported):
+            raise WireError("08P01", f"bind message supplies {len(values)} parameters, but prepared statement "
+                                       f'"{statement_name}" requires {len(statement.reported)}')
+        if len(formats) not in (0, 1, len(values)) or any(f not in (0, 1) for f in formats + result_formats):
+            raise WireError("08P01", "invalid format codes in a bind message")
+        parameters = []
+        for i, value in enumerate(values):
+            binary = bool(formats[0] if len(formats) == 1 else formats[i] if formats else 0)
+            # Text keeps the client's own type (none: typed by its place in the query); binary is read as the
+            # type the client said or the server reported.
+            oid = statement.reported[i] if binary else (statement.declared[i] if i < len(statement.declared)
+                                                          else 0)
+            parameters.append(types.decode_parameter(value, oid, binary))
+        if portal_name and portal_name in self.state.portals:
+            raise WireError("42P03", f'cursor "{portal_name}" already exists')
+        self.state.portals[portal_name] = Portal(statement, parameters, result_formats)
+        self._send(pq.BIND_COMPLETE)
+
+    def _find_statement(self, name: str) -> Statement:
+        statement = self.state.statements.get(name)
+        if statement is None:
+            raise WireError("26000", f'prepared statement "{name}" does not exist')
+        return statement
+
+    def _find_portal(self, name: str) -> Portal:
+        portal = self.state.portals.get(name)
+        if portal is None:
+            raise WireError("34000", f'portal "{name}" does not exist')
+        return portal
+
+    async def _describe(self, fields: pq.BodyReader) -> None:
+        what, name = fields.byte(), fields.cstring()
+        fields.end()
+        if what == b"S":
+            statement = self._find_statement(name)
+            columns = await self._columns(statement, None) if statement.sql.strip() else ()
+            self._send(pq.parameter_description(statement.reported))
+            formats = [0] * len(columns)
+        elif what == b"P":
+            portal = self._find_portal(name)
+            columns = await self._columns(portal.statement, portal.parameters) if portal.statement.sql.strip() \
+                else ()
+            formats = _formats(portal.result_formats, len(columns))
+            _check_binary(columns, formats)
+        else:
+            raise pq.ProtocolViolation(f"invalid Describe target {what!r}")
+        self._send(pq.row_description([types.field(n, t, f) for (n, t), f in zip(columns, formats, strict=True)])
+                   if columns else pq.NO_DATA)
+
+    async def _execute(self, fields: pq.BodyReader) -> None:
+        name, limit = fields.cstring(), fields.int32()
+        fields.end()
+        portal = self._find_portal(name)
+        if not portal.statement.sql.strip():
+            self._send(pq.EMPTY_QUERY)
+            return
+        if portal.answer is None:  # the first Execute runs (and charges) the query; later ones page through it
+            portal.answer = await self._answer(portal.statement, portal.parameters)
+        answer = portal.answer
+        formats = _formats(portal.result_formats, len(answer.columns))
+        _check_binary(answer.columns, formats)
+        stop = len(answer.rows) if limit <= 0 else min(len(answer.rows), portal.sent + limit)
+        first = portal.sent == 0  # notices, parameter changes and the transaction state: once per answer
+        self._send_answer(answer if first else replace(answer, notices=(), reported=(), transaction=None),
+                          formats, portal.sent, stop)
+        portal.sent = stop
+        if stop < len(answer.rows):
+            self._send(pq.PORTAL_SUSPENDED)
+        else:
+            self._send(pq.command_complete(answer.tag))
+
+    async def _close_object(self, fields: pq.BodyReader) -> None:
+        what, name = fields.byte(), fields.cstring()
+        fields.end()
+        if what == b"S":
+            self.state.statements.pop(name, None)
+        elif what == b"P":
+            self.state.portals.pop(name, None)
+        else:
+            raise pq.ProtocolViolation(f"invalid Close target {what!r}")
+        self._send(pq.CLOSE_COMPLETE)
+
+
+def _formats(codes: list[int], count: int) -> list[int]:
+    if not codes:
+        return [0] * count
+    if len(codes) == 1:
+        return codes * count
+    if len(codes) != count:
+        raise WireError("08P01", f"{len(codes)} result format codes for {count} columns")
+    return codes
+
+
+def _check_binary(columns: tuple[tuple[str, str], ...], formats: list[int]) -> None:
+    for (name, kind), binary in zip(columns, formats, strict=True):
+        if binary and not types.binary_supported(types.wire_type(kind).oid):
+            raise NotSupportedError(f"binary output of column {name!r} ({kind}) is not supported: ask for text")

@@ -1,0 +1,187 @@
+"""PostgreSQL types on the wire: the OID of each DuckDB type dpsql releases, values in text and binary format,
+and parameters decoded from the client's text or binary encoding.
+
+Text output follows PostgreSQL's own (`t`/`f`, ISO dates, `Infinity`, shortest round-trip floats as with
+extra_float_digits >= 1) so that drivers parse it as they would a real server's.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import math
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from dpsql.errors import DataError, NotSupportedError
+from dpsql.frontends.server.protocol import Field
+from dpsql.policy import ColumnType
+from dpsql.sql.parse import TextParameter
+
+BOOL, BYTEA, INT8, INT2, INT4, TEXT, FLOAT4, FLOAT8, UNKNOWN, VARCHAR = 16, 17, 20, 21, 23, 25, 700, 701, 705, 1043
+DATE, TIME, TIMESTAMP, TIMESTAMPTZ, INTERVAL, NUMERIC = 1082, 1083, 1114, 1184, 1186, 1700
+_POSTGRES_EPOCH = datetime.datetime(2000, 1, 1)
+_EPOCH_DATE = _POSTGRES_EPOCH.date()
+
+
+@dataclass(frozen=True)
+class WireType:
+    oid: int
+    size: int  # bytes of the binary form, -1 for variable length
+
+
+_SIZES = {BOOL: 1, INT2: 2, INT4: 4, INT8: 8, FLOAT4: 4, FLOAT8: 8, DATE: 4, TIME: 8, TIMESTAMP: 8, TIMESTAMPTZ: 8,
+          INTERVAL: 16}
+_DUCKDB = {
+    "BOOLEAN": BOOL, "TINYINT": INT2, "SMALLINT": INT2, "UTINYINT": INT2, "INTEGER": INT4, "USMALLINT": INT4,
+    "BIGINT": INT8, "UINTEGER": INT8, "UBIGINT": NUMERIC, "HUGEINT": NUMERIC, "UHUGEINT": NUMERIC,
+    "FLOAT": FLOAT4, "REAL": FLOAT4, "DOUBLE": FLOAT8, "DECIMAL": NUMERIC, "VARCHAR": TEXT, "BLOB": BYTEA,
+    "DATE": DATE, "TIME": TIME, "TIMESTAMP": TIMESTAMP, "TIMESTAMP WITH TIME ZONE": TIMESTAMPTZ,
+    "INTERVAL": INTERVAL,
+}
+# The wire type a parameter compared with a declared column is inferred to have.
+COLUMN_OIDS = {ColumnType.INT: INT8, ColumnType.FLOAT: FLOAT8, ColumnType.TEXT: TEXT, ColumnType.BOOL: BOOL,
+               ColumnType.DATE: DATE, ColumnType.TIMESTAMP: TIMESTAMP}
+
+
+def wire_type(duckdb_type: str) -> WireType:
+    """The PostgreSQL type of a DuckDB type name; anything else travels as text, which every client reads."""
+    base = duckdb_type.strip().upper().split("(")[0]
+    oid = _DUCKDB.get(base, TEXT)
+    return WireType(oid, _SIZES.get(oid, -1))
+
+
+def field(name: str, duckdb_type: str, result_format: int) -> Field:
+    kind = wire_type(duckdb_type)
+    modifier = -1
+    if kind.oid == NUMERIC and "(" in duckdb_type:  # DECIMAL(p,s): PostgreSQL's typmod ((p << 16) | s) + 4
+        try:
+            precision, scale = (int(x) for x in duckdb_type.split("(")[1].rstrip(")").split(","))
+            modifier = ((precision << 16) | scale) + 4
+        except ValueError:
+            modifier = -1
+    return Field(name, kind.oid, kind.size, modifier, result_format)
+
+
+# ---- values out --------------------------------------------------------------------------------------------------
+
+def encode_text(value: Any) -> bytes | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return b"t" if value else b"f"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return b"NaN"
+        if math.isinf(value):
+            return b"Infinity" if value > 0 else b"-Infinity"
+        text = repr(value)  # the shortest text that reads back exactly, as PostgreSQL's float output
+        return text.removesuffix(".0").encode("ascii")
+    if isinstance(value, decimal.Decimal):
+        return (format(value, "f") if value.is_finite() else str(value).replace("Inf", "Infinity")).encode("ascii")
+    if isinstance(value, datetime.datetime):
+        return value.isoformat(sep=" ").encode("ascii")
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat().encode("ascii")
+    if isinstance(value, bytes):
+        return b"\\x" + value.hex().encode("ascii")
+    return str(value).encode("utf-8")
+
+
+def encode_binary(value: Any, oid: int) -> bytes | None:
+    """The binary form of the types dpsql releases most (integers, floats, booleans, text, dates, timestamps)."""
+    if value is None:
+        return None
+    try:
+        if oid == BOOL:
+            return b"\1" if value else b"\0"
+        if oid in (INT2, INT4, INT8):
+            return struct.pack({INT2: "!h", INT4: "!i", INT8: "!q"}[oid], int(value))
+        if oid in (FLOAT4, FLOAT8):
+            return struct.pack("!f" if oid == FLOAT4 else "!d", float(value))
+        if oid in (TEXT, VARCHAR):
+            return str(value).encode("utf-8")
+        if oid == DATE and type(value) is datetime.date:
+            return struct.pack("!i", (value - _EPOCH_DATE).days)
+        if oid == TIMESTAMP and isinstance(value, datetime.datetime) and value.tzinfo is None:
+            delta = value - _POSTGRES_EPOCH
+            return struct.pack("!q", (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds)
+    except (struct.error, ValueError, OverflowError, TypeError):
+        pass
+    raise NotSupportedError(f"binary output of type OID {oid} for this value is not supported: ask for text")
+
+
+def binary_supported(oid: int) -> bool:
+    return oid in (BOOL, INT2, INT4, INT8, FLOAT4, FLOAT8, TEXT, VARCHAR, DATE, TIMESTAMP)
+
+
+# ---- parameters in -----------------------------------------------------------------------------------------------
+
+_TEXT_LIKE = (0, TEXT, VARCHAR, UNKNOWN, 1042)  # 1042: bpchar
+
+
+def decode_parameter(data: bytes | None, oid: int, binary: bool) -> Any:
+    """A Bind parameter as the Python value dpsql binds. Untyped text becomes a TextParameter, which the checker
+    converts to the type of the column it is compared with, as PostgreSQL types an untyped literal."""
+    if data is None:
+        return None
+    try:
+        return _decode_binary(data, oid) if binary else _decode_text(data.decode("utf-8"), oid)
+    except (ValueError, struct.error, decimal.InvalidOperation, UnicodeDecodeError, KeyError):
+        kind = "binary" if binary else "text"
+        raise DataError(f"invalid {kind} value for a parameter of type OID {oid}") from None
+
+
+_BOOLEANS = {"t": True, "true": True, "yes": True, "on": True, "1": True, "y": True,
+             "f": False, "false": False, "no": False, "off": False, "0": False, "n": False}
+
+
+def _decode_text(text: str, oid: int) -> Any:
+    if oid in _TEXT_LIKE:
+        return TextParameter(text)
+    if oid in (INT2, INT4, INT8):
+        return int(text.strip())
+    if oid in (FLOAT4, FLOAT8):
+        return float(text)
+    if oid == NUMERIC:
+        return decimal.Decimal(text.strip())
+    if oid == BOOL:
+        return _BOOLEANS[text.strip().lower()]
+    if oid == DATE:
+        return datetime.date.fromisoformat(text.strip())
+    if oid in (TIMESTAMP, TIMESTAMPTZ):
+        return datetime.datetime.fromisoformat(text.strip())
+    return TextParameter(text)
+
+
+def _decode_binary(data: bytes, oid: int) -> Any:
+    if oid in _TEXT_LIKE:
+        return TextParameter(data.decode("utf-8"))
+    if oid == BOOL and len(data) == 1:
+        return data != b"\0"
+    formats = {INT2: "!h", INT4: "!i", INT8: "!q", FLOAT4: "!f", FLOAT8: "!d"}
+    if oid in formats:
+        return struct.unpack(formats[oid], data)[0]
+    if oid == NUMERIC:
+        return _numeric(data)
+    if oid == DATE:
+        return _EPOCH_DATE + datetime.timedelta(days=struct.unpack("!i", data)[0])
+    if oid == TIMESTAMP:
+        return _POSTGRES_EPOCH + datetime.timedelta(microseconds=struct.unpack("!q", data)[0])
+    raise NotSupportedError(f"binary parameters of type OID {oid} are not supported: send them as text")
+
+
+def _numeric(data: bytes) -> decimal.Decimal:
+    """PostgreSQL's binary numeric: base-10000 digits with a weight, a sign and a display scale."""
+    count, weight, sign, scale = struct.unpack("!hhHH", data[:8])
+    digits = struct.unpack(f"!{count}H", data[8:8 + 2 * count])
+    if sign == 0xC000:
+        return decimal.Decimal("NaN")
+    if sign not in (0, 0x4000) or len(data) != 8 + 2 * count or any(d > 9999 for d in digits):
+        raise ValueError("malformed numeric")
+    value = decimal.Decimal(0)
+    for position, digit in enumerate(digits):
+        value += decimal.Decimal(digit).scaleb(4 * (weight - position))
+    value = value.quantize(decimal.Decimal(1).scaleb(-scale)) if scale else value
+    return -value if sign == 0x4000 else value

@@ -1,0 +1,196 @@
+"""The server in-process, on a free port, over a temporary copy of the sample policy with its own ledger and users.
+
+`RawClient` speaks the protocol byte by byte (its own SCRAM client), for what drivers never send: oversized and
+malformed messages, queries before login, a look at the SCRAM exchange of an unknown name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import shutil
+import socket
+import struct
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from dpsql.frontends.server.server import DpsqlServer, ServerConfig
+from dpsql.frontends.server.users import UserStore, users_path
+from dpsql.policy import load_policy
+from dpsql.store.ledger import BudgetLedger
+from tests.conftest import SAMPLE, create_ledger
+
+PASSWORDS = {"alice": "correct horse", "bob": "battery staple", "carol": "tiny budget"}
+
+
+def sample_policy(folder: Path) -> Path:
+    """The sample visits policy in `folder`, with a fresh ledger, carol on a budget of 1.5, and three users."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(SAMPLE / "visits.csv", folder / "visits.csv")
+    text = (SAMPLE / "visits.toml").read_text() + "\n[budget.analysts.carol]\nepsilon = 1.5\n"
+    policy = folder / "visits.toml"
+    policy.write_text(text)
+    create_ledger(policy)
+    store = UserStore.load(users_path(load_policy(policy)), create=True)
+    for name, password in PASSWORDS.items():
+        store.add(name, password)
+    store.save()
+    return policy
+
+
+def charges(policy: Path) -> list:
+    loaded = load_policy(policy)
+    ledger = BudgetLedger(loaded.budget.ledger, loaded.budget)
+    try:
+        return ledger.history()
+    finally:
+        ledger.close()
+
+
+@dataclass
+class RunningServer:
+    """A DpsqlServer on its own event loop in a thread."""
+
+    policy: Path
+    config: ServerConfig
+    server: DpsqlServer | None = None
+    loop: asyncio.AbstractEventLoop | None = None
+    _ready: threading.Event = field(default_factory=threading.Event)
+    _failure: BaseException | None = None
+
+    def start(self) -> RunningServer:
+        self._thread = threading.Thread(target=asyncio.run, args=(self._main(),), daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._failure is not None:
+            raise self._failure
+        return self
+
+    async def _main(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        try:
+            self.server = DpsqlServer(load_policy(self.policy), self.config)
+            await self.server.start()
+        except BaseException as exc:
+            self._failure = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        await self._stop.wait()
+        await self.server.close()
+
+    @property
+    def port(self) -> int:
+        assert self.server is not None
+        return self.server.port
+
+    def call(self, coroutine):  # run a coroutine on the server's loop, from the test's thread
+        assert self.loop is not None
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+    def stop(self) -> None:
+        if self.loop is not None and self.server is not None:
+            self.loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join()
+
+
+def start_server(policy: Path, **config) -> RunningServer:
+    return RunningServer(policy, ServerConfig(port=0, **config)).start()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    running = start_server(sample_policy(tmp_path_factory.mktemp("server")))
+    yield running
+    running.stop()
+
+
+def dsn(running: RunningServer, user: str = "alice", **extra: str) -> str:
+    options = {"host": "127.0.0.1", "port": str(running.port), "user": user, "dbname": "visits",
+               "password": PASSWORDS.get(user, "whatever"), "sslmode": "disable", **extra}
+    return " ".join(f"{k}='{v}'" for k, v in options.items())
+
+
+class RawClient:
+    """A protocol-level client: frames messages and logs in with its own SCRAM-SHA-256."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port))
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send(self, kind: bytes, body: bytes) -> None:
+        self.sock.sendall(kind + struct.pack("!i", len(body) + 4) + body)
+
+    def startup(self, user: str) -> None:
+        body = struct.pack("!i", 196608) + b"user\0" + user.encode() + b"\0database\0visits\0\0"
+        self.sock.sendall(struct.pack("!i", len(body) + 4) + body)
+
+    def receive(self) -> tuple[bytes, bytes] | None:
+        """The next message, or None if the server closed the connection."""
+        header = self._exactly(5)
+        if header is None:
+            return None
+        length = struct.unpack("!i", header[1:])[0]
+        body = self._exactly(length - 4)
+        return None if body is None else (header[:1], body)
+
+    def _exactly(self, count: int) -> bytes | None:
+        data = b""
+        while len(data) < count:
+            chunk = self.sock.recv(count - len(data))
+            if not chunk:
+                return None
+            data += chunk
+        return data
+
+    def until(self, kind: bytes) -> list[tuple[bytes, bytes]]:
+        seen = []
+        while True:
+            message = self.receive()
+            if message is None:
+                return seen
+            seen.append(message)
+            if message[0] in (kind, b"E") and (message[0] == kind or b"SFATAL" in message[1]):
+                return seen
+
+    def server_first(self, user: str, nonce: str = "clientnonce123") -> str:
+        """Start a SCRAM login and return the server-first message."""
+        self.startup(user)
+        kind, body = self.receive()
+        assert kind == b"R" and struct.unpack("!i", body[:4])[0] == 10
+        self._client_first_bare = f"n=,r={nonce}"
+        first = f"n,,{self._client_first_bare}".encode()
+        self.send(b"p", b"SCRAM-SHA-256\0" + struct.pack("!i", len(first)) + first)
+        kind, body = self.receive()
+        assert kind == b"R" and struct.unpack("!i", body[:4])[0] == 11
+        return body[4:].decode()
+
+    def login(self, user: str, password: str) -> list[tuple[bytes, bytes]]:
+        server_first = self.server_first(user)
+        attributes = dict(part.split("=", 1) for part in server_first.split(","))
+        salted = hashlib.pbkdf2_hmac("sha256", password.encode(), base64.b64decode(attributes["s"]),
+                                     int(attributes["i"]))
+        client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
+        without_proof = f"c=biws,r={attributes['r']}"
+        auth = f"{self._client_first_bare},{server_first},{without_proof}".encode()
+        signature = hmac.new(hashlib.sha256(client_key).digest(), auth, hashlib.sha256).digest()
+        proof = base64.b64encode(bytes(a ^ b for a, b in zip(client_key, signature, strict=True))).decode()
+        self.send(b"p", f"{without_proof},p={proof}".encode())
+        return self.until(b"Z")
+
+
+def error_fields(body: bytes) -> dict[str, str]:
+    fields = {}
+    for part in body.rstrip(b"\0").split(b"\0"):
+        if part:
+            fields[chr(part[0])] = part[1:].decode()
+    return fields
