@@ -16,11 +16,10 @@ import decimal
 from sqlglot import exp
 
 from dpsql.errors import DataError
-from dpsql.policy import ColumnType, TablePolicy
+from dpsql.policy import ColumnPolicy, ColumnType, TablePolicy
+from dpsql.sql.comparisons import compared_column
 from dpsql.sql.parse import TEXT_PARAMETER, literal
 
-_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Between,
-                exp.In)
 _BOOLEANS = {"true": True, "t": True, "yes": True, "y": True, "1": True,
              "false": False, "f": False, "no": False, "n": False, "0": False}
 
@@ -35,20 +34,10 @@ def type_text_parameters(tree: exp.Expression, table: TablePolicy) -> None:
         node.replace(literal(_typed(text, column.type, column.name)) if column is not None else literal(_guess(text)))
 
 
-def _compared_column(node: exp.Expression, table: TablePolicy):
+def _compared_column(node: exp.Expression, table: TablePolicy) -> ColumnPolicy | None:
     """The declared column the parameter is compared with, if it is compared with a bare column."""
-    parent = node.parent
-    while isinstance(parent, exp.Paren | exp.Tuple):
-        parent = parent.parent
-    if not isinstance(parent, _COMPARISONS):
-        return None
-    sides = [parent.this] if isinstance(parent, exp.Between | exp.In) else [parent.this, parent.expression]
-    for side in sides:
-        while isinstance(side, exp.Paren):
-            side = side.this
-        if isinstance(side, exp.Column) and side.name in table.columns:
-            return table.columns[side.name]
-    return None
+    column = compared_column(node)
+    return table.columns.get(column.name) if column is not None else None
 
 
 def _typed(text: str, kind: ColumnType, column: str) -> object:

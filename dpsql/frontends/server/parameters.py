@@ -17,10 +17,8 @@ from sqlglot.errors import ParseError, TokenError
 
 from dpsql.frontends.server import types
 from dpsql.policy import Policy
+from dpsql.sql.comparisons import compared_column, enclosing
 from dpsql.sql.parse import DIALECT, TextParameter
-
-_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Between,
-                exp.In)
 
 
 def parameter_types(sql: str, declared: list[int], policy: Policy) -> list[int]:
@@ -76,19 +74,8 @@ def _declared_columns(tree: exp.Expression, policy: Policy) -> dict[str, int]:
 
 
 def _context_type(node: exp.Expression, columns: dict[str, int]) -> int | None:
-    parent = node.parent
-    while isinstance(parent, exp.Paren | exp.Tuple):
-        parent = parent.parent
+    parent = enclosing(node)
     if isinstance(parent, exp.Limit | exp.Offset):
         return types.INT8
-    if isinstance(parent, exp.Cast):
-        return None
-    if not isinstance(parent, _COMPARISONS):
-        return None
-    sides = [parent.this] if isinstance(parent, exp.Between | exp.In) else [parent.this, parent.expression]
-    for side in sides:
-        while isinstance(side, exp.Paren):
-            side = side.this
-        if isinstance(side, exp.Column) and side.name.lower() in columns:
-            return columns[side.name.lower()]
-    return None
+    column = compared_column(node)
+    return columns.get(column.name.lower()) if column is not None else None
