@@ -78,8 +78,12 @@ def cap_rows(tree: exp.Select, table: TablePolicy, max_rows: int, prepared: str,
 
 
 def varying_units(table: TablePolicy, prepared: str, column: ColumnPolicy) -> exp.Select:
-    """How many units have more than one value (NULL counting as one) in a column declared per_unit: must be 0."""
-    value = exp.column(column.name)
+    """How many units have more than one value (NULL counting as one) in a column declared per_unit: must be 0.
+
+    Values are compared as DuckDB's text of them, which tells apart what `=` does not: -0.0 and 0.0 are equal, yet
+    a filter such as `1 / x > 0` or `CAST(x AS TEXT) = '0.0'` keeps one and drops the other (found by the red
+    team). A double's text is its shortest round-trip form, so distinct values always have distinct text."""
+    value = exp.cast(exp.column(column.name), exp.DataType.Type.VARCHAR)
     varies = exp.or_(exp.Count(this=exp.Distinct(expressions=[value])) > 1,
                      exp.and_(exp.Count(this=value.copy()) > 0, exp.Count(this=value.copy()) < exp.Count(
                          this=exp.Star())))
