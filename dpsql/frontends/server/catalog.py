@@ -30,6 +30,10 @@ _MACROS = (
     # DuckDB's views lack columns psql reads; reltuples is -1, PostgreSQL's "unknown": no row count is ever told.
     "CREATE VIEW dpsql_pg_class AS SELECT * REPLACE (-1::FLOAT AS reltuples), false AS relforcerowsecurity "
     "FROM pg_catalog.pg_class",
+    # Empty: dpsql has no row-level policies.
+    "CREATE TABLE dpsql_pg_policy (oid BIGINT, polname VARCHAR, polpermissive BOOLEAN, polroles BIGINT[], "
+    "polqual VARCHAR, polwithcheck VARCHAR, polrelid BIGINT, polcmd VARCHAR)",
+    "CREATE TABLE dpsql_pg_roles (oid BIGINT, rolname VARCHAR)",
     "CREATE VIEW dpsql_pg_database AS SELECT *, 0 AS datdba, 6 AS encoding, 'C' AS datcollate, 'C' AS datctype, "
     "NULL::VARCHAR AS daticulocale, 'c' AS datlocprovider, NULL::VARCHAR[] AS datacl FROM pg_catalog.pg_database",
 )
@@ -59,7 +63,10 @@ def is_catalog_query(sql: str) -> bool:
 _SPELLINGS = (
     (re.compile(r"OPERATOR\(pg_catalog\.([~!=<>]+)\)", re.IGNORECASE), r"\1"),
     (re.compile(r"\s+COLLATE\s+pg_catalog\.default", re.IGNORECASE), ""),
-    (re.compile(r"\bpg_catalog\.pg_(class|database)\b(?!\s*\()", re.IGNORECASE), r"dpsql_pg_\1"),
+    (re.compile(r"\bpg_get_expr\(([^()]*),\s*true\s*\)", re.IGNORECASE), r"pg_get_expr(\1)"),  # no pretty flag
+    (re.compile(r"::\s*pg_catalog\.reg\w+", re.IGNORECASE), "::VARCHAR"),  # regtype, regclass: names as text
+    (re.compile(r"::\s*pg_catalog\.", re.IGNORECASE), "::"),
+    (re.compile(r"\bpg_catalog\.pg_(class|database|policy|roles)\b(?!\s*\()", re.IGNORECASE), r"dpsql_pg_\1"),
     (re.compile(r"\bpg_catalog\.(?=\w+\s*\()", re.IGNORECASE), ""),  # functions: our macros live in main
 )
 
