@@ -54,9 +54,8 @@ def test_declared_columns_and_types_without_row_counts(served) -> None:
 
 def test_a_catalog_relation_mixed_with_a_private_table_is_refused(served) -> None:
     before = charges(served.policy)
-    with psycopg.connect(dsn(served), autocommit=True) as conn:
-        with pytest.raises(psycopg.Error):
-            conn.execute("SELECT COUNT(*) FROM visits, pg_catalog.pg_class")
+    with psycopg.connect(dsn(served), autocommit=True) as conn, pytest.raises(psycopg.Error):
+        conn.execute("SELECT COUNT(*) FROM visits, pg_catalog.pg_class")
     assert charges(served.policy) == before
 
 
