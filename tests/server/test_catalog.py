@@ -35,6 +35,16 @@ def test_psql_catalog_commands_answer_from_the_policy_without_a_charge(served, c
     assert charges(served.policy) == before
 
 
+@needs_psql
+def test_psql_describes_a_table_with_its_declared_columns(served) -> None:
+    before = charges(served.policy)
+    done = _psql(served, "\\d visits")
+    assert done.returncode == 0, done.stderr
+    rows = [line.split("|")[:2] for line in done.stdout.splitlines() if "|" in line]
+    assert ["region", "varchar"] in rows and ["age", "int8"] in rows and ["cost", "float8"] in rows
+    assert charges(served.policy) == before
+
+
 def test_declared_columns_and_types_without_row_counts(served) -> None:
     before = charges(served.policy)
     with psycopg.connect(dsn(served), autocommit=True) as conn:

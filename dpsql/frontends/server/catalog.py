@@ -33,6 +33,15 @@ _MACROS = (
     # Empty: dpsql has no row-level policies.
     "CREATE TABLE dpsql_pg_policy (oid BIGINT, polname VARCHAR, polpermissive BOOLEAN, polroles BIGINT[], "
     "polqual VARCHAR, polwithcheck VARCHAR, polrelid BIGINT, polcmd VARCHAR)",
+    "CREATE TABLE dpsql_pg_statistic_ext (oid BIGINT, stxrelid BIGINT, stxnamespace BIGINT, stxname VARCHAR, "
+    "stxkind VARCHAR[], stxstattarget INTEGER)",
+    "CREATE MACRO pg_get_statisticsobjdef_columns(id) AS ''",
+    "CREATE TABLE dpsql_pg_publication (oid BIGINT, pubname VARCHAR, puballtables BOOLEAN)",
+    "CREATE TABLE dpsql_pg_publication_namespace (pnpubid BIGINT, pnnspid BIGINT)",
+    "CREATE TABLE dpsql_pg_publication_rel (prpubid BIGINT, prrelid BIGINT, prqual VARCHAR, prattrs SMALLINT[])",
+    "CREATE MACRO pg_relation_is_publishable(id) AS false",
+    "CREATE MACRO array_upper(a, d) AS len(a)",
+    "CREATE TABLE dpsql_pg_inherits (inhrelid BIGINT, inhparent BIGINT, inhseqno INTEGER, inhdetachpending BOOLEAN)",
     "CREATE TABLE dpsql_pg_roles (oid BIGINT, rolname VARCHAR)",
     "CREATE VIEW dpsql_pg_database AS SELECT *, 0 AS datdba, 6 AS encoding, 'C' AS datcollate, 'C' AS datctype, "
     "NULL::VARCHAR AS daticulocale, 'c' AS datlocprovider, NULL::VARCHAR[] AS datacl FROM pg_catalog.pg_database",
@@ -59,6 +68,9 @@ def is_catalog_query(sql: str) -> bool:
     return catalog > 0
 
 
+# pg_catalog relations answered by our own dpsql_pg_* tables and views above (longest names first for the regex).
+_OWN_RELATIONS = ("class", "database", "policy", "roles", "statistic_ext", "publication_namespace",
+                  "publication_rel", "publication", "inherits")
 # PostgreSQL spellings psql uses that DuckDB does not parse, with what DuckDB reads the same way.
 _SPELLINGS = (
     (re.compile(r"OPERATOR\(pg_catalog\.([~!=<>]+)\)", re.IGNORECASE), r"\1"),
@@ -66,7 +78,7 @@ _SPELLINGS = (
     (re.compile(r"\bpg_get_expr\(([^()]*),\s*true\s*\)", re.IGNORECASE), r"pg_get_expr(\1)"),  # no pretty flag
     (re.compile(r"::\s*pg_catalog\.reg\w+", re.IGNORECASE), "::VARCHAR"),  # regtype, regclass: names as text
     (re.compile(r"::\s*pg_catalog\.", re.IGNORECASE), "::"),
-    (re.compile(r"\bpg_catalog\.pg_(class|database|policy|roles)\b(?!\s*\()", re.IGNORECASE), r"dpsql_pg_\1"),
+    (re.compile(rf"\bpg_catalog\.pg_({'|'.join(_OWN_RELATIONS)})\b(?!\s*\()", re.IGNORECASE), r"dpsql_pg_\1"),
     (re.compile(r"\bpg_catalog\.(?=\w+\s*\()", re.IGNORECASE), ""),  # functions: our macros live in main
 )
 
