@@ -35,6 +35,7 @@ from dpsql.errors import Error, NotSupportedError, ProgrammingError
 from dpsql.frontends.explain import explain
 from dpsql.frontends.server import protocol as pq
 from dpsql.frontends.server import types
+from dpsql.frontends.server.catalog import Catalog, is_catalog_query
 from dpsql.frontends.server.commands import Answer, Context, LocalCommand, Settings, explain_target, local_command
 from dpsql.frontends.server.parameters import dummy_value, parameter_types
 from dpsql.frontends.server.scram import ScramError, ScramExchange, end_point_hash
@@ -112,6 +113,7 @@ class DpsqlServer:
         # Sessions are made and closed and statements run in these threads; queries take the engine in turn.
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="dpsql-server")
         self.engine_turn = asyncio.Lock()
+        self.catalog = Catalog(policy)  # catalog queries: an empty copy of the declared schema, never the engine
 
     @property
     def port(self) -> int:
@@ -430,9 +432,15 @@ class Connection:
         command = local_command(sql)
         if command is not None:
             return Statement(sql, declared, declared, command=command)
+        if is_catalog_query(sql):
+            return Statement(sql, declared, declared, command=self._catalog_command(sql))
         explained = explain_target(sql)
         reported = parameter_types(explained or sql, declared, self.server.policy) if infer else declared
         return Statement(sql, declared, reported, explained=explained)
+
+    def _catalog_command(self, sql: str) -> LocalCommand:
+        columns, rows = self.server.catalog.run(sql)
+        return LocalCommand(columns, lambda ctx: Answer(columns, rows, f"SELECT {len(rows)}"))
 
     async def _answer(self, statement: Statement, parameters: list[Any]) -> Answer:
         assert self.session is not None and self.settings is not None
