@@ -112,7 +112,7 @@ def check(parsed: ParsedQuery, policy: Policy, vocabulary: Vocabulary) -> Checke
     _check_clauses(tree)
     table = _table_of(tree, policy)
     _refuse_subqueries(tree)
-    names = _output_names(tree, parsed.sql)
+    output_names = _output_names(tree, parsed.sql)
     schema = {table.name: {c.name: c.type.duckdb for c in table.columns.values()}}
     try:
         # Quoting is left as the analyst wrote it (a reserved word must be quoted to parse at all).
@@ -140,7 +140,7 @@ def check(parsed: ParsedQuery, policy: Policy, vocabulary: Vocabulary) -> Checke
         keys=keys,
         aggregates=tuple(aggregates.calls),
         outer=outer,
-        output_names=names,
+        output_names=output_names,
         output_aggregate=tuple(_single_aggregate(e.this) for e in outer.expressions),
         output_noisy=tuple(bool(_aggregate_columns(e.this)) for e in outer.expressions),
     )

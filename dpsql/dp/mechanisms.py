@@ -96,7 +96,7 @@ class LaplaceMechanism:
         def outside(t: int) -> float:
             return 2 * math.exp(-(t + 1) * u) / (1 + alpha) ** 2 * (1 + (t + 1) * w + 2 * alpha**2 / (1 + alpha))
 
-        return _smallest(lambda t: outside(t) <= 1 - level)
+        return smallest(lambda t: outside(t) <= 1 - level)
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,7 @@ class GaussianMechanism:
         def inside(t: int) -> bool:
             return math.fsum(pair[middle - t: middle + t + 1]) >= level
 
-        return _smallest(inside)
+        return smallest(inside)
 
 
 Mechanism = LaplaceMechanism | GaussianMechanism
@@ -176,8 +176,9 @@ Mechanism = LaplaceMechanism | GaussianMechanism
 _EXACT_SIGMA = 100.0
 
 
-def _smallest(holds: Callable[[int], bool]) -> int:
-    """The smallest t >= 0 for which `holds` (monotone: false, then true for ever) is true: gallop, then bisect."""
+def smallest(holds: Callable[[int], bool]) -> int:
+    """The smallest t >= 0 for which `holds` (monotone: false, then true for ever) is true: gallop, then bisect.
+    Interval half-widths and the partition-selection threshold are all found this way."""
     if holds(0):
         return 0
     high = 1

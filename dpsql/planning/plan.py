@@ -21,12 +21,11 @@ from sqlglot import exp
 
 from dpsql.analysis.check import COUNT, CheckedQuery
 from dpsql.dp.allocation import objective, split
-from dpsql.dp.mechanisms import GaussianMechanism, LaplaceMechanism, Mechanism
+from dpsql.dp.mechanisms import GaussianMechanism, LaplaceMechanism, Mechanism, smallest
 from dpsql.errors import QueryRejected
 from dpsql.planning.aggregates import aggregate
 from dpsql.planning.measurements import Measurement, MeasurementKind, MeasurementSpec, Measures, OutputRecipe
 from dpsql.policy import Accounting, MechanismKind
-from dpsql.sql.parse import DIALECT
 
 MAX_PUBLIC_CELLS = 100_000
 _TAIL_MARGIN = 1e-9  # relative: far above the rounding of a float tail, far below any effect on the threshold
@@ -184,19 +183,7 @@ def _threshold(mechanism: Mechanism, m: int, delta: float) -> int:
     def worst(tau: int) -> float:
         return max(mechanism.upper_tail(tau - m), m * mechanism.upper_tail(tau - 1))
 
-    tau = m + 1
-    step = 1
-    while worst(tau) > target:  # gallop, then bisect: tails fall exponentially
-        tau += step
-        step *= 2
-    lo, hi = max(m + 1, tau - step // 2), tau
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if worst(mid) > target:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
+    return m + 1 + smallest(lambda k: worst(m + 1 + k) <= target)  # tails fall exponentially: gallop, then bisect
 
 
 def _candidates(query: CheckedQuery, m: int,
@@ -221,8 +208,8 @@ def _split_choices(query: CheckedQuery, needs_selection: bool) -> list[exp.Expre
     counts_all = any(c.kind == COUNT and not c.nullable for c in query.aggregates)
     if needs_selection or not counts_all:
         return [None]
-    arguments = {c.argument.sql(DIALECT): c.argument for c in query.aggregates if c.nullable}
-    return [None, *list(arguments.values())[:_MAX_SPLITS]]
+    arguments = dict.fromkeys(c.argument for c in query.aggregates if c.nullable)  # trees, as measurements are
+    return [None, *list(arguments)[:_MAX_SPLITS]]
 
 
 def _measure(query: CheckedQuery, m: int, needs_selection: bool, plain_sums: set,

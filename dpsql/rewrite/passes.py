@@ -42,6 +42,9 @@ class _Context:
     # The distinct aggregated expressions, in the order of their __v columns. sqlglot nodes compare as trees, so a
     # measurement's argument finds its column by equality, never by its rendered text.
     arguments: tuple[exp.Expression, ...]
+    # The row filter reads only the unit and columns declared per_unit, so it keeps whole units or none: the rank
+    # prepared at load caps the query, as without a filter.
+    whole_units: bool
 
     def value_index(self, argument: exp.Expression) -> int:
         return self.arguments.index(argument)
@@ -62,7 +65,7 @@ def pretty(plan: QueryPlan, dialect: str = DIALECT) -> str:
 
 
 def _build(plan: QueryPlan, table: str) -> exp.Select:
-    context = _Context(plan, table, _alias(plan), _arguments(plan))
+    context = _Context(plan, table, _alias(plan), _arguments(plan), _whole_units(plan))
     tree = exp.select("*", copy=False).from_(exp.to_table(table).as_(context.alias), copy=False)
     for step in PASSES:
         tree = step(tree, context)
@@ -96,7 +99,7 @@ def filter_rows(tree: exp.Select, context: _Context) -> exp.Select:
     if where is None:
         return tree
     tree = tree.where(_guarded(where, context), copy=False)
-    if _whole_units(context):
+    if context.whole_units:
         return tree  # capped by the load-time rank, as without a filter: nothing to gain from dropping rows first
     # Rows whose public key is outside its declared values are never released; with a filter anyway, drop
     # them before the cap so that the cap is spent on rows that can count.
@@ -109,12 +112,12 @@ def filter_rows(tree: exp.Select, context: _Context) -> exp.Select:
 
 def cap_rows_per_unit(tree: exp.Select, context: _Context) -> exp.Select:
     return bounding.cap_rows(tree, context.plan.query.table, context.plan.max_rows, context.table, context.alias,
-                             _whole_units(context))
+                             context.whole_units)
 
 
-def _whole_units(context: _Context) -> bool:
+def _whole_units(plan: QueryPlan) -> bool:
     """Whether the row filter reads only the unit and columns declared per_unit: it keeps whole units or none."""
-    table, where = context.plan.query.table, context.plan.query.where
+    table, where = plan.query.table, plan.query.where
     return where is not None and all(column.name == table.privacy_unit or table.columns[column.name].per_unit
                                      for column in where.find_all(exp.Column))
 
