@@ -148,6 +148,8 @@ class Policy:
     budget: BudgetPolicy
     time_limit: float = DEFAULT_TIME_LIMIT  # seconds a query may run on the data before it fails ([engine])
     users: Path | None = None  # the server's SCRAM verifiers ([server] users; default beside the ledger)
+    # The server's answers already released ([server] answers; default beside the ledger; false: none kept).
+    answers: Path | None = None
 
     def table(self, name: str) -> TablePolicy | None:
         return self.tables.get(name.lower())
@@ -181,14 +183,23 @@ def load_policy(path: str | Path) -> Policy:
     time_limit = reader.number(engine, "[engine]", "time_limit_seconds", default=DEFAULT_TIME_LIMIT,
                                hi=_MAX_TIME_LIMIT)
     server = reader.typed(raw.get("server", {}), "", "server", dict)
-    reader.keys(server, "[server]", {"users"})
-    users = reader.typed(server.get("users", f"{path.stem}.users.json"), "[server]", "users", str)
-    if not users.strip():
-        reader.fail("[server]", "users", "must name a file")
-    users_path = Path(users).expanduser()
-    if not users_path.is_absolute():  # relative to the ledger's folder, so the default sits beside the ledger
-        users_path = (budget.ledger.parent if "users" not in server else path.parent) / users_path
-    return Policy(path, tables, budget, time_limit, users_path)
+    reader.keys(server, "[server]", {"users", "answers"})
+    users_path = _server_file(reader, server, "users", f"{path.stem}.users.json", path, budget)
+    answers_path = None
+    if server.get("answers", True) is not False:  # `answers = false`: the server keeps no answers
+        answers_path = _server_file(reader, server, "answers", f"{path.stem}.answers.sqlite", path, budget)
+    return Policy(path, tables, budget, time_limit, users_path, answers_path)
+
+
+def _server_file(reader: _Reader, server: dict, key: str, default: str, path: Path, budget: BudgetPolicy) -> Path:
+    """A file of the server's, steward-owned: named relative to the policy, or by default beside the ledger."""
+    name = reader.typed(server.get(key, default), "[server]", key, str)
+    if not name.strip():
+        reader.fail("[server]", key, "must name a file")
+    named = Path(name).expanduser()
+    if not named.is_absolute():  # relative to the ledger's folder, so the default sits beside the ledger
+        named = (budget.ledger.parent if key not in server else path.parent) / named
+    return named
 
 
 _TABLE_KEYS = {"source", "format", "table", "privacy_unit", "row_privacy", "max_rows_per_unit", "columns"}

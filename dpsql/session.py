@@ -27,7 +27,8 @@ from dpsql.policy import MechanismKind, Policy, load_policy
 from dpsql.release.cells import release, release_no_groups
 from dpsql.release.postprocess import PostProcessor
 from dpsql.rewrite.passes import BoundedQuery, rewrite
-from dpsql.sql.parse import parse
+from dpsql.sql.parse import DIALECT, parse
+from dpsql.store.answers import AnswerStore, StoredAnswer, answer_key
 from dpsql.store.ledger import BudgetLedger, Charge, Spending, exact
 
 _PREPARED_CACHE = 256
@@ -51,6 +52,7 @@ class PrivateResult:
     spending: Spending  # the analyst's budget after this query
     plan: QueryPlan
     released_groups: int  # groups that passed partition selection, before HAVING, ORDER BY and LIMIT
+    cached_at: str | None = None  # when the answer was first released, if this is that answer again (cost 0)
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ class PreparedQuery:
     bounded: BoundedQuery
     key_types: list[str]
     output_types: list[str]  # the DuckDB type of each released column, found by the rehearsal (a wire Describe)
+    canonical: str  # the query as parsed, parameters bound, without comments: what the answer cache keys on
 
 
 class PrivateSession:
@@ -67,7 +70,7 @@ class PrivateSession:
     def __init__(self, policy: Policy | str | Path, analyst: str | None = None, *,
                  epsilon: float | None = None, rng: RandomSource | None = None,
                  bounding_seed: int | None = None, threads: int | None = None, create_ledger: bool = False,
-                 engine: Engine | None = None) -> None:
+                 engine: Engine | None = None, answers: AnswerStore | None = None) -> None:
         self.policy = policy if isinstance(policy, Policy) else load_policy(policy)
         self.analyst = analyst or _default_analyst()
         self.default_epsilon = epsilon
@@ -79,6 +82,9 @@ class PrivateSession:
         self.engine: Engine = engine if engine is not None else DuckDBEngine(
             self.policy, bounding_seed=bounding_seed, threads=threads)
         self.post = PostProcessor()
+        # Answers already released, returned again at no cost (store/answers.py); None: every query is answered
+        # afresh, as the library and the CLI do (a seeded test that repeats a query expects new noise).
+        self.answers = answers
         self._prepared: dict[tuple, PreparedQuery] = {}
 
     def prepare(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None, *,
@@ -92,10 +98,12 @@ class PrivateSession:
         key = (sql, repr(parameters), budget)
         prepared = self._prepared.get(key)
         if prepared is None:
-            query_plan = plan(check(parse(sql, parameters), self.policy, VOCABULARY), budget)
+            parsed = parse(sql, parameters)
+            canonical = parsed.tree.sql(DIALECT, comments=False)
+            query_plan = plan(check(parsed, self.policy, VOCABULARY), budget)
             bounded = rewrite(query_plan)
             key_types = self.engine.dry_run(bounded.sql)[:bounded.key_count]
-            prepared = PreparedQuery(query_plan, bounded, key_types, self._rehearse(query_plan, key_types))
+            prepared = PreparedQuery(query_plan, bounded, key_types, self._rehearse(query_plan, key_types), canonical)
             if len(self._prepared) >= _PREPARED_CACHE:
                 self._prepared.pop(next(iter(self._prepared)))
             self._prepared[key] = prepared
@@ -111,25 +119,45 @@ class PrivateSession:
                 epsilon: float | None = None) -> PrivateResult:
         prepared = self.prepare(sql, parameters, epsilon=epsilon)
         query_plan = prepared.plan
+        key = None
+        if self.answers is not None:
+            key = answer_key(self.analyst, prepared.canonical, query_plan.budget, self.engine.data_version)
+            stored = self.answers.get(key)
+            if stored is not None:
+                return self._result(prepared, stored, Cost(Fraction(0), Fraction(0)),
+                                    self.ledger.spending(self.analyst))
         spending = self.ledger.charge(self.analyst, query_plan.cost, sql)
         # Everything after the charge touched the data, so whether it fails, and how, could depend on one row: any
         # exception (an engine error, the time limit, a conversion, two groups merging, a bug in release or
         # post-processing) becomes the one generic error. It is raised once the exception is suppressed, so that
         # not even its __context__ keeps the original exception, whose message might quote a value.
+        result = None
         with contextlib.suppress(Exception):
-            return self._answer(prepared, spending)
-        raise ExecutionFailed()
+            result = self._answer(prepared, spending)
+        if result is None:
+            raise ExecutionFailed()
+        if key is not None and self.answers is not None:
+            with contextlib.suppress(Exception):  # the answer is released and paid for, kept or not
+                self.answers.put(key, result.rows, result.intervals, result.noise_std, result.released_groups)
+        return result
 
     def _answer(self, prepared: PreparedQuery, spending: Spending) -> PrivateResult:
         query_plan = prepared.plan
         rows = self.engine.run(prepared.bounded.sql)
         cells = release(query_plan, rows, self.rng)
         final = self.post.run(query_plan.query, prepared.key_types, cells)
-        query = query_plan.query
+        answer = StoredAnswer(final.rows, final.intervals, final.stds, len(cells.keys), at="")
+        return self._result(prepared, answer, query_plan.cost, spending, types=final.types)
+
+    @staticmethod
+    def _result(prepared: PreparedQuery, answer: StoredAnswer, cost: Cost, spending: Spending,
+                types: list[str] | None = None) -> PrivateResult:
+        query = prepared.plan.query
+        kinds = types if types is not None else prepared.output_types
         columns = tuple(OutputColumn(name, kind, flag) for name, kind, flag in
-                        zip(query.output_names, final.types, query.output_noisy, strict=True))
-        return PrivateResult(columns, final.rows, final.intervals, final.stds, query_plan.cost, spending, query_plan,
-                             len(cells.keys))
+                        zip(query.output_names, kinds, query.output_noisy, strict=True))
+        return PrivateResult(columns, answer.rows, answer.intervals, answer.noise_std, cost, spending, prepared.plan,
+                             answer.released_groups, cached_at=answer.at or None)
 
     def spending(self, analyst: str | None = None) -> Spending:
         return self.ledger.spending(analyst)

@@ -15,6 +15,9 @@ from typing import Any
 
 class Engine(ABC):
     time_limit: float  # seconds a query may run before it is interrupted and fails
+    # What was loaded, as a fingerprint: the policy's text and each source file's path, size and modification time.
+    # Two engines with the same version hold the same data, so an answer already released about it still holds.
+    data_version: str
 
     @abstractmethod
     def dry_run(self, sql: str) -> list[str]:

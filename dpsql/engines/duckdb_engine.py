@@ -10,6 +10,10 @@ with a file name in it, DuckDB itself refuses to read, write, attach or load any
 
 from __future__ import annotations
 
+import contextlib
+import glob
+import hashlib
+import os
 import secrets
 import threading
 from typing import Any
@@ -54,6 +58,7 @@ class DuckDBEngine(Engine):
         self._lock = threading.Lock()
         self._exact: dict[str, str] = {}  # bounded SQL -> the SQL that runs it with exact columns
         self._policy_name = policy.path.name
+        self.data_version = data_version(policy)
         # The salt makes the per-unit choice of rows unpredictable; a fixed one is for tests only.
         salt = bounding_seed if bounding_seed is not None else secrets.randbits(62)
         with sandbox.opened(config) as con:  # locked when the tables are loaded
@@ -196,6 +201,23 @@ class DuckDBEngine(Engine):
         with self._lock:
             self._watchdog.close()
             self._con.close()
+
+
+def data_version(policy: Policy) -> str:
+    """A fingerprint of what a load reads, taken before it (a file changed during the load gives a new version
+    next time, never an old one for new data)."""
+    digest = hashlib.sha256()
+    try:
+        digest.update(policy.path.read_bytes())
+    except OSError:
+        digest.update(repr(policy).encode())
+    for table in sorted(policy.tables.values(), key=lambda t: t.name):
+        digest.update(repr((table.name, table.source)).encode())
+        for name in sorted(glob.glob(table.source.pattern, recursive=True)):
+            with contextlib.suppress(OSError):
+                stat = os.stat(name)
+                digest.update(repr((name, stat.st_size, stat.st_mtime_ns)).encode())
+    return digest.hexdigest()
 
 
 def _quote(name: str) -> str:

@@ -64,7 +64,7 @@ def test_budget_exhausted_gives_53000(served) -> None:
     with psycopg.connect(dsn(served, "carol"), autocommit=True) as conn:
         conn.execute("SELECT COUNT(*) FROM visits")  # carol's budget is 1.5, a query costs 1
         with pytest.raises(psycopg.Error) as caught:
-            conn.execute("SELECT COUNT(*) FROM visits")
+            conn.execute("SELECT COUNT(*) FROM visits WHERE age > 1")  # another question: not in the answer cache
         assert caught.value.sqlstate == "53000"
         row = conn.execute("SHOW dpsql.budget").fetchone()
         assert row[0] == "carol" and row[1:3] == (1.0, 0.5)
@@ -208,3 +208,18 @@ def test_psql_runs_a_query(served) -> None:
                               "-v", "VERBOSITY=verbose", "-c", "SELECT * FROM visits"],
                              env=env, capture_output=True, text=True, check=False)
     assert refused.returncode == 1 and "ERROR:  0A000:" in refused.stderr
+
+
+def test_a_refreshing_dashboard_pays_once(served) -> None:
+    """The same question again, from another connection and spelled differently: the answer already released, at
+    no cost, and the NOTICE says so."""
+    sql = "SELECT department, COUNT(*), AVG(cost) FROM visits WHERE age > 50 GROUP BY department ORDER BY 1"
+    notices: list[str] = []
+    with psycopg.connect(dsn(served, "bob"), autocommit=True) as conn:
+        first = conn.execute(sql).fetchall()
+    before = len(charges(served.policy))
+    with psycopg.connect(dsn(served, "bob"), autocommit=True) as conn:
+        conn.add_notice_handler(lambda diag: notices.append(diag.message_primary))
+        again = conn.execute(sql.lower().replace(" from", "\n  from")).fetchall()
+    assert again == first and len(charges(served.policy)) == before
+    assert len(notices) == 1 and "at no cost" in notices[0] and "bob has epsilon" in notices[0]

@@ -43,6 +43,7 @@ from dpsql.frontends.server.statements import split_statements
 from dpsql.frontends.server.users import UserStore, users_path
 from dpsql.policy import Policy
 from dpsql.session import PrivateResult, PrivateSession
+from dpsql.store.answers import AnswerStore
 from dpsql.store.ledger import BudgetLedger
 
 log = logging.getLogger("dpsql.server")
@@ -114,6 +115,8 @@ class DpsqlServer:
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="dpsql-server")
         self.engine_turn = asyncio.Lock()
         self.catalog = Catalog(policy)  # catalog queries: an empty copy of the declared schema, never the engine
+        # Answers already released, shared by every connection: a dashboard refreshing pays once (store/answers.py).
+        self.answers: AnswerStore | None = None
 
     @property
     def port(self) -> int:
@@ -124,6 +127,8 @@ class DpsqlServer:
         # Fail at start, not at the first login, if the users file or the ledger is missing or broken.
         self.users()
         BudgetLedger(self.policy.budget.ledger, self.policy.budget).close()
+        if self.policy.answers is not None and self.answers is None:
+            self.answers = AnswerStore(self.policy.answers)
         if self.engine is None:
             self.engine = await asyncio.get_running_loop().run_in_executor(self.executor, DuckDBEngine, self.policy)
         self._server = await asyncio.start_server(self._accept, self.config.host, self.config.port,
@@ -144,6 +149,8 @@ class DpsqlServer:
         await asyncio.get_running_loop().run_in_executor(None, self.executor.shutdown)
         if self._owns_engine and self.engine is not None:
             self.engine.close()
+        if self.answers is not None:
+            self.answers.close()
 
     def users(self) -> UserStore:
         """The users file, read again when it changed, so `dpsql user add` takes effect without a restart."""
@@ -309,7 +316,7 @@ class Connection:
         self.user = user
         self.settings = Settings.initial(user, startup)
         self.session = await self._in_thread(self.server._session_factory, self.server.policy, user,
-                                             engine=self.server.engine)
+                                             engine=self.server.engine, answers=self.server.answers)
         for name in ("server_version", "server_encoding", "client_encoding", "DateStyle", "IntervalStyle",
                      "TimeZone", "integer_datetimes", "standard_conforming_strings", "application_name",
                      "is_superuser", "session_authorization"):
@@ -461,8 +468,10 @@ class Connection:
     def _private_answer(self, result: PrivateResult) -> Answer:
         cost, left = result.cost, result.spending
         delta = f", delta {float(cost.delta):g}" if cost.delta else ""
-        notice = (f"dpsql: this query cost epsilon {float(cost.epsilon):g}{delta}; {self.user} has epsilon "
-                  f"{left.epsilon_remaining:g} of {left.epsilon_total:g} left")
+        spent = f"this query cost epsilon {float(cost.epsilon):g}{delta}" if result.cached_at is None else \
+            f"the same answer as released at {result.cached_at} UTC, at no cost"
+        notice = (f"dpsql: {spent}; {self.user} has epsilon {left.epsilon_remaining:g} of "
+                  f"{left.epsilon_total:g} left")
         columns = tuple((c.name, c.type) for c in result.columns)
         return Answer(columns, result.rows, f"SELECT {len(result.rows)}", notices=(notice,))
 
