@@ -8,6 +8,7 @@ import decimal
 import io
 import json
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from dpsql.session import PrivateResult
@@ -46,16 +47,23 @@ def why_no_rows(result: PrivateResult) -> str | None:
     return None
 
 
+def headers(names: Sequence[str], noisy: Sequence[bool], with_ci: bool) -> list[str]:
+    """The released columns' names, each noisy one followed by its interval's ends if asked (CLI --ci, the
+    server's dpsql.intervals)."""
+    named = []
+    for name, flag in zip(names, noisy, strict=True):
+        named.append(name)
+        if with_ci and flag:
+            named += [f"{name}_ci_low", f"{name}_ci_high"]
+    return named
+
+
 def _headers(result: PrivateResult, with_ci: bool) -> list[str]:
-    headers = []
-    for column in result.columns:
-        headers.append(column.name)
-        if with_ci and column.noisy:
-            headers += [f"{column.name}_ci_low", f"{column.name}_ci_high"]
-    return headers
+    return headers([c.name for c in result.columns], [c.noisy for c in result.columns], with_ci)
 
 
-def _records(result: PrivateResult, with_ci: bool) -> list[list[Any]]:
+def records(result: PrivateResult, with_ci: bool) -> list[list[Any]]:
+    """The rows, each noisy value followed by its interval's ends (None where it has none) if asked."""
     records = []
     for row, intervals in zip(result.rows, result.intervals, strict=True):
         record = []
@@ -94,14 +102,14 @@ def _csv(result: PrivateResult, with_ci: bool) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(_headers(result, with_ci))
-    for record in _records(result, with_ci):
+    for record in records(result, with_ci):
         writer.writerow([_csv_cell(v) for v in record])
     return buffer.getvalue().rstrip("\n")
 
 
 def _json(result: PrivateResult, with_ci: bool) -> str:
     rows = [dict(zip(_headers(result, with_ci), [_plain(v) for v in r], strict=True))
-            for r in _records(result, with_ci)]
+            for r in records(result, with_ci)]
     document = {
         "columns": [{"name": c.name, "type": c.type, "noisy": c.noisy} for c in result.columns],
         "rows": rows,

@@ -223,3 +223,23 @@ def test_a_refreshing_dashboard_pays_once(served) -> None:
         again = conn.execute(sql.lower().replace(" from", "\n  from")).fetchall()
     assert again == first and len(charges(served.policy)) == before
     assert len(notices) == 1 and "at no cost" in notices[0] and "bob has epsilon" in notices[0]
+
+
+def test_intervals_on_adds_each_noisy_columns_interval_in_the_answer_and_in_describe(served) -> None:
+    sql = "SELECT region, COUNT(*) AS n, AVG(cost) AS c FROM visits WHERE age > %s GROUP BY region ORDER BY region"
+    with psycopg.connect(dsn(served, "bob"), autocommit=True) as conn:
+        assert conn.execute("SHOW dpsql.intervals").fetchone()[0] == "off"
+        conn.execute("SET dpsql.intervals = on")
+        assert conn.execute("SHOW dpsql.intervals").fetchone()[0] == "on"
+        cursor = conn.execute(sql, (60,), prepare=True)  # Parse, Describe, Bind, Execute
+        names = [c.name for c in cursor.description]
+        assert names == ["region", "n", "n_ci_low", "n_ci_high", "c", "c_ci_low", "c_ci_high"]
+        rows = cursor.fetchall()
+        assert len(rows) == 5
+        for _, n, n_low, n_high, c, c_low, c_high in rows:
+            assert n_low <= n <= n_high and c_low <= c <= c_high
+        with pytest.raises(psycopg.Error) as caught:
+            conn.execute("SET dpsql.intervals = maybe")
+        assert caught.value.sqlstate == "22023"
+        conn.execute("RESET dpsql.intervals")
+        assert [c.name for c in conn.execute(sql, (61,)).description] == ["region", "n", "c"]

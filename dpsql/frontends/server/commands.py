@@ -5,7 +5,8 @@ checks. They are recognised here by their whole text (nothing else is answered l
 can slip past the pipeline) and answered from the connection's own settings:
 
 - `SET dpsql.epsilon = 0.5` sets the cost of the connection's next queries (`RESET dpsql.epsilon`: the default);
-  `SHOW dpsql.budget` shows the analyst's spending.
+  `SET dpsql.intervals = on` adds the 95% interval's ends after every noisy column; `SHOW dpsql.budget` shows the
+  analyst's spending.
 - The parameters the server reports at startup can be shown; those it cannot honour (another time zone or date
   style, another encoding) are refused rather than ignored. Other settings are kept and shown, and change nothing.
 - BEGIN, COMMIT and ROLLBACK are accepted and do nothing: queries never write, and a charge is final.
@@ -54,6 +55,7 @@ REPORTED = ("server_version", "server_encoding", "client_encoding", "DateStyle",
 _READ_ONLY = {"server_version", "server_encoding", "integer_datetimes", "is_superuser", "session_authorization",
               "server_version_num", "max_identifier_length"}
 EPSILON = "dpsql.epsilon"
+INTERVALS = "dpsql.intervals"
 BUDGET = "dpsql.budget"
 
 
@@ -86,6 +88,7 @@ class Settings:
 
     values: dict[str, tuple[str, str]]  # lower-case name -> (name as spelt, value)
     epsilon: Fraction | None = None
+    intervals: bool = False  # each noisy column followed by <name>_ci_low and <name>_ci_high
 
     @classmethod
     def initial(cls, user: str, startup: dict[str, str]) -> Settings:
@@ -100,6 +103,8 @@ class Settings:
     def get(self, name: str) -> str:
         if name.lower() == EPSILON:
             return "default" if self.epsilon is None else f"{float(self.epsilon):g}"
+        if name.lower() == INTERVALS:
+            return "on" if self.intervals else "off"
         found = self.values.get(name.lower())
         if found is None:
             raise UnknownSetting(f'unrecognized configuration parameter "{name}"')
@@ -111,6 +116,9 @@ class Settings:
         if key == EPSILON:
             self.epsilon = None if value is None or value.lower() == "default" else _epsilon(value)
             return None
+        if key == INTERVALS:
+            self.intervals = value is not None and value.lower() != "default" and _switch(INTERVALS, value)
+            return None
         if key.startswith("dpsql."):
             raise UnknownSetting(f'unrecognized configuration parameter "{name}"')
         if key in _READ_ONLY:
@@ -121,6 +129,16 @@ class Settings:
         spelt = self.values.get(key, (name, ""))[0]
         self.values[key] = (spelt, value)
         return spelt if spelt in REPORTED else None
+
+
+def _switch(name: str, text: str) -> bool:
+    """PostgreSQL's spellings of a boolean setting."""
+    value = text.strip().lower()
+    if value in ("on", "true", "yes", "1"):
+        return True
+    if value in ("off", "false", "no", "0"):
+        return False
+    raise InvalidSettingValue(f"{name} must be on or off, not {text!r}")
 
 
 def _epsilon(text: str) -> Fraction:

@@ -23,7 +23,7 @@ import logging
 import secrets
 import ssl
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,6 +33,7 @@ from dpsql.engines.base import Engine
 from dpsql.engines.duckdb_engine import DuckDBEngine
 from dpsql.errors import Error, NotSupportedError, ProgrammingError
 from dpsql.frontends.explain import explain
+from dpsql.frontends.format import headers, records
 from dpsql.frontends.server import protocol as pq
 from dpsql.frontends.server import types
 from dpsql.frontends.server.catalog import Catalog, is_catalog_query
@@ -92,6 +93,15 @@ class WireError(Exception):
 
 class _Closed(Exception):
     """The connection is over: the client said Terminate, or a FATAL error was sent."""
+
+
+def _columns(names: Sequence[str], types: Sequence[str], noisy: Sequence[bool],
+             with_ci: bool) -> tuple[tuple[str, str], ...]:
+    """The released columns' names and types, each noisy one followed by its interval's ends (DOUBLE) if asked."""
+    kinds: list[str] = []
+    for kind, flag in zip(types, noisy, strict=True):
+        kinds += [kind, "DOUBLE", "DOUBLE"] if with_ci and flag else [kind]
+    return tuple(zip(headers(names, noisy, with_ci), kinds, strict=True))
 
 
 class DpsqlServer:
@@ -463,17 +473,19 @@ class Connection:
                                                                            epsilon=epsilon).plan))
             return Answer(_EXPLAIN_COLUMNS, [(line,) for line in text.splitlines()], "EXPLAIN")
         result = await self._with_engine(lambda: session.execute(statement.sql, bound, epsilon=epsilon))
-        return self._private_answer(result)
+        return self._private_answer(result, settings.intervals)
 
-    def _private_answer(self, result: PrivateResult) -> Answer:
+    def _private_answer(self, result: PrivateResult, with_ci: bool) -> Answer:
         cost, left = result.cost, result.spending
         delta = f", delta {float(cost.delta):g}" if cost.delta else ""
         spent = f"this query cost epsilon {float(cost.epsilon):g}{delta}" if result.cached_at is None else \
             f"the same answer as released at {result.cached_at} UTC, at no cost"
         notice = (f"dpsql: {spent}; {self.user} has epsilon {left.epsilon_remaining:g} of "
                   f"{left.epsilon_total:g} left")
-        columns = tuple((c.name, c.type) for c in result.columns)
-        return Answer(columns, result.rows, f"SELECT {len(result.rows)}", notices=(notice,))
+        noisy = [c.noisy for c in result.columns]
+        columns = _columns([c.name for c in result.columns], [c.type for c in result.columns], noisy, with_ci)
+        rows = records(result, with_ci) if with_ci else result.rows
+        return Answer(columns, rows, f"SELECT {len(result.rows)}", notices=(notice,))
 
     async def _columns(self, statement: Statement, parameters: list[Any] | None) -> tuple[tuple[str, str], ...]:
         """The columns a statement returns, from the dry run only: nothing runs on the data, nothing is charged."""
@@ -482,13 +494,14 @@ class Connection:
         if statement.explained is not None:
             return _EXPLAIN_COLUMNS
         assert self.session is not None and self.settings is not None
-        session, epsilon = self.session, self.settings.epsilon
+        session, epsilon, with_ci = self.session, self.settings.epsilon, self.settings.intervals
         values = parameters if parameters is not None else [dummy_value(oid) for oid in statement.reported]
 
         def describe() -> tuple[tuple[str, str], ...]:
             # The session's rehearsal found the output types when it prepared the question: no data, no charge.
             prepared = session.prepare(statement.sql, values or None, epsilon=epsilon)
-            return tuple(zip(prepared.plan.query.output_names, prepared.output_types, strict=True))
+            query = prepared.plan.query
+            return _columns(query.output_names, prepared.output_types, query.output_noisy, with_ci)
         return await self._with_engine(describe)
 
     async def _in_thread(self, work: Callable[..., T], *args: Any, **kwargs: Any) -> T:
