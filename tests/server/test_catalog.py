@@ -40,8 +40,12 @@ def test_psql_describes_a_table_with_its_declared_columns(served) -> None:
     before = charges(served.policy)
     done = _psql(served, "\\d visits")
     assert done.returncode == 0, done.stderr
-    rows = [line.split("|")[:2] for line in done.stdout.splitlines() if "|" in line]
-    assert ["region", "varchar"] in rows and ["age", "int8"] in rows and ["cost", "float8"] in rows
+    # Name, type (PostgreSQL's names), collation, nullable (from the policy's nullable = false), default.
+    rows = {cells[0]: cells[1:] for cells in ([c.strip() for c in line.split("|")] for line in done.stdout.splitlines()
+                                              if "|" in line)}
+    assert rows["region"][0] == "character varying" and rows["age"][0] == "bigint"
+    assert rows["cost"][0] == "double precision" and rows["visit_date"][0] == "date"
+    assert rows["age"][2] == "not null" and rows["region"][2] == ""
     assert charges(served.policy) == before
 
 

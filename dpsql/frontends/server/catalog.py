@@ -28,8 +28,9 @@ _MACROS = (
     "CREATE MACRO pg_get_userbyid(id) AS 'dpsql'",
     "CREATE MACRO pg_encoding_to_char(id) AS 'UTF8'",
     # DuckDB's views lack columns psql reads; reltuples is -1, PostgreSQL's "unknown": no row count is ever told.
+    # Our own helper tables below are not the policy's: hidden from it.
     "CREATE VIEW dpsql_pg_class AS SELECT * REPLACE (-1::FLOAT AS reltuples), false AS relforcerowsecurity "
-    "FROM pg_catalog.pg_class",
+    "FROM pg_catalog.pg_class WHERE NOT starts_with(relname, 'dpsql_pg_')",
     # Empty: dpsql has no row-level policies.
     "CREATE TABLE dpsql_pg_policy (oid BIGINT, polname VARCHAR, polpermissive BOOLEAN, polroles BIGINT[], "
     "polqual VARCHAR, polwithcheck VARCHAR, polrelid BIGINT, polcmd VARCHAR)",
@@ -41,11 +42,30 @@ _MACROS = (
     "CREATE TABLE dpsql_pg_publication_rel (prpubid BIGINT, prrelid BIGINT, prqual VARCHAR, prattrs SMALLINT[])",
     "CREATE MACRO pg_relation_is_publishable(id) AS false",
     "CREATE MACRO array_upper(a, d) AS len(a)",
+    # psycopg (and so SQLAlchemy) looks types up by name: none beyond DuckDB's own exist, so no name resolves.
+    "CREATE MACRO to_regtype(name) AS NULL::BIGINT",
+    # SQLAlchemy's reflection: no sequences, defaults, collations or comments.
+    "CREATE MACRO pg_get_serial_sequence(t, c) AS NULL::VARCHAR",
+    "CREATE MACRO pg_collation_is_visible(id) AS true",
+    # PostgreSQL's names of the types, which clients map to theirs (DuckDB's own say int8, varchar, float8).
+    "CREATE MACRO format_type(id, m) AS CASE pg_catalog.format_type(id, m) WHEN 'int8' THEN 'bigint' "
+    "WHEN 'int4' THEN 'integer' WHEN 'int2' THEN 'smallint' WHEN 'varchar' THEN 'character varying' "
+    "WHEN 'float8' THEN 'double precision' WHEN 'float4' THEN 'real' WHEN 'bool' THEN 'boolean' "
+    "ELSE pg_catalog.format_type(id, m) END",
+    "CREATE TABLE dpsql_pg_sequence (seqrelid BIGINT, seqstart BIGINT, seqincrement BIGINT, seqmin BIGINT, "
+    "seqmax BIGINT, seqcache BIGINT, seqcycle BOOLEAN)",
+    "CREATE TABLE dpsql_pg_collation (oid BIGINT, collname VARCHAR, collnamespace BIGINT)",
+    "CREATE TABLE dpsql_pg_attrdef (oid BIGINT, adrelid BIGINT, adnum SMALLINT, adbin VARCHAR)",
     "CREATE TABLE dpsql_pg_inherits (inhrelid BIGINT, inhparent BIGINT, inhseqno INTEGER, inhdetachpending BOOLEAN)",
     "CREATE TABLE dpsql_pg_roles (oid BIGINT, rolname VARCHAR)",
     "CREATE VIEW dpsql_pg_database AS SELECT *, 0 AS datdba, 6 AS encoding, 'C' AS datcollate, 'C' AS datctype, "
     "NULL::VARCHAR AS daticulocale, 'c' AS datlocprovider, NULL::VARCHAR[] AS datacl FROM pg_catalog.pg_database",
 )
+
+
+def parameter_count(sql: str) -> int:
+    """How many $n parameters a catalog query takes (the highest n)."""
+    return max((int(n) for n in re.findall(r"\$(\d+)", sql)), default=0)
 
 
 def is_catalog_query(sql: str) -> bool:
@@ -70,14 +90,17 @@ def is_catalog_query(sql: str) -> bool:
 
 # pg_catalog relations answered by our own dpsql_pg_* tables and views above (longest names first for the regex).
 _OWN_RELATIONS = ("class", "database", "policy", "roles", "statistic_ext", "publication_namespace",
-                  "publication_rel", "publication", "inherits")
+                  "publication_rel", "publication", "inherits", "sequence", "collation", "attrdef")
 # PostgreSQL spellings psql uses that DuckDB does not parse, with what DuckDB reads the same way.
 _SPELLINGS = (
     (re.compile(r"OPERATOR\(pg_catalog\.([~!=<>]+)\)", re.IGNORECASE), r"\1"),
     (re.compile(r"\s+COLLATE\s+pg_catalog\.default", re.IGNORECASE), ""),
     (re.compile(r"\bpg_get_expr\(([^()]*),\s*true\s*\)", re.IGNORECASE), r"pg_get_expr(\1)"),  # no pretty flag
-    (re.compile(r"::\s*pg_catalog\.reg\w+", re.IGNORECASE), "::VARCHAR"),  # regtype, regclass: names as text
+    (re.compile(r"::\s*(?:pg_catalog\.)?reg(?:type|class|proc|procedure|namespace|oper|role|collation|config)\b",
+                re.IGNORECASE), "::VARCHAR"),  # regtype, regclass: names as text
     (re.compile(r"::\s*pg_catalog\.", re.IGNORECASE), "::"),
+    (re.compile(r"\bAS\s+(?:pg_catalog\.)?reg(?:type|class|proc|namespace)\s*\)", re.IGNORECASE), "AS VARCHAR)"),
+    (re.compile(r"\bjson_build_object\s*\(", re.IGNORECASE), "json_object("),
     (re.compile(rf"\bpg_catalog\.pg_({'|'.join(_OWN_RELATIONS)})\b(?!\s*\()", re.IGNORECASE), r"dpsql_pg_\1"),
     (re.compile(r"\bpg_catalog\.(?=\w+\s*\()", re.IGNORECASE), ""),  # functions: our macros live in main
 )
@@ -101,19 +124,22 @@ class Catalog:
         if self._con is None:
             with opened() as con:
                 for table in self.policy.tables.values():
-                    columns = ", ".join(f'"{c.name}" {c.type.duckdb}' for c in table.columns.values())
+                    # NOT NULL where the policy drops rows with NULL: a public fact, which clients show and reflect.
+                    columns = ", ".join(f'"{c.name}" {c.type.duckdb}{"" if c.nullable else " NOT NULL"}'
+                                        for c in table.columns.values())
                     con.execute(f'CREATE TABLE "{table.name}" ({columns})')
                 for macro in _MACROS:
                     con.execute(macro)
             self._con = con
         return self._con
 
-    def run(self, sql: str) -> tuple[tuple[tuple[str, str], ...], list[tuple]]:
-        """The columns (name, DuckDB type) and rows of a catalog query."""
+    def run(self, sql: str, parameters: list | None = None) -> tuple[tuple[tuple[str, str], ...], list[tuple]]:
+        """The columns (name, DuckDB type) and rows of a catalog query, with its $n parameters (all NULL to describe
+        it before they are bound: the tables are empty, so no value can matter but to the answer's rows)."""
         with self._lock:
             try:
                 cursor = self._connection().cursor()
-                relation = cursor.sql(_duckdb_spelling(sql))
+                relation = cursor.sql(_duckdb_spelling(sql), params=parameters or None)
                 columns = tuple((name, str(kind)) for name, kind in zip(relation.columns, relation.types,
                                                                         strict=True))
                 return columns, relation.fetchall()

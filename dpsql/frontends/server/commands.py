@@ -171,6 +171,7 @@ class Context:
     user: str
     spending: Callable[[], Spending]
     database: str = field(default="dpsql")
+    parameters: list[Any] = field(default_factory=list)  # the bound parameters, for commands that take them
 
 
 def _text_row(name: str, value: str) -> tuple[tuple[tuple[str, str], ...], list[tuple[Any, ...]]]:
@@ -183,6 +184,7 @@ class LocalCommand:
 
     columns: tuple[tuple[str, str], ...]
     run: Callable[[Context], Answer]
+    parameters: int = 0  # how many $n parameters it takes (catalog queries; the rest take none)
 
 
 def _select(name: str, kind: str, value: Callable[[Context], Any]) -> LocalCommand:
@@ -247,10 +249,15 @@ _RULES: list[tuple[str, Callable[[re.Match[str]], LocalCommand]]] = [
      lambda m: _tag("BEGIN", "begin")),
     (r"(?:commit|end)(?: (?:work|transaction))?", lambda m: _tag("COMMIT", "end")),
     (r"(?:rollback|abort)(?: (?:work|transaction))?", lambda m: _tag("ROLLBACK", "end")),
+    # Savepoints (psycopg and SQLAlchemy make them) do nothing either: there is nothing to roll back.
+    (rf"savepoint {_NAME}", lambda m: _tag("SAVEPOINT")),
+    (rf"release (?:savepoint )?{_NAME}", lambda m: _tag("RELEASE")),
+    (rf"rollback (?:work |transaction )?to (?:savepoint )?{_NAME}", lambda m: _tag("ROLLBACK")),
     (rf"set (?:session |local )?({_NAME}) *(?:=| to ) *(.+)",
      lambda m: _set(_unquote_name(m.group(1)), _value(m.group(2)))),
     (r"set (?:session |local )?time zone (.+)", lambda m: _set("TimeZone", _value(m.group(1)))),
     (rf"reset ({_NAME})", lambda m: _set(_unquote_name(m.group(1)), None)),
+    (r"show transaction isolation level", lambda m: _show("transaction_isolation")),  # SQLAlchemy asks so
     (rf"show ({_NAME})", lambda m: _show(_unquote_name(m.group(1)))),
     (r"select (?:pg_catalog\.)?version\(\)", lambda m: _select("version", "VARCHAR", lambda ctx: version_text())),
     (r"select (current_user|session_user|user|current_role)",

@@ -36,7 +36,7 @@ from dpsql.frontends.explain import explain
 from dpsql.frontends.format import headers, records
 from dpsql.frontends.server import protocol as pq
 from dpsql.frontends.server import types
-from dpsql.frontends.server.catalog import Catalog, is_catalog_query
+from dpsql.frontends.server.catalog import Catalog, is_catalog_query, parameter_count
 from dpsql.frontends.server.commands import Answer, Context, LocalCommand, Settings, explain_target, local_command
 from dpsql.frontends.server.parameters import dummy_value, parameter_types
 from dpsql.frontends.server.scram import ScramError, ScramExchange, end_point_hash
@@ -44,6 +44,7 @@ from dpsql.frontends.server.statements import split_statements
 from dpsql.frontends.server.users import UserStore, users_path
 from dpsql.policy import Policy
 from dpsql.session import PrivateResult, PrivateSession
+from dpsql.sql.parse import TextParameter
 from dpsql.store.answers import AnswerStore
 from dpsql.store.ledger import BudgetLedger
 
@@ -450,23 +451,34 @@ class Connection:
         if command is not None:
             return Statement(sql, declared, declared, command=command)
         if is_catalog_query(sql):
-            return Statement(sql, declared, declared, command=self._catalog_command(sql))
+            command = self._catalog_command(sql)
+            # Parameters the client left untyped are text, as PostgreSQL would resolve a name or pattern.
+            reported = declared + [types.TEXT] * (command.parameters - len(declared))
+            return Statement(sql, declared, reported, command=command)
         explained = explain_target(sql)
         reported = parameter_types(explained or sql, declared, self.server.policy) if infer else declared
         return Statement(sql, declared, reported, explained=explained)
 
     def _catalog_command(self, sql: str) -> LocalCommand:
-        columns, rows = self.server.catalog.run(sql)
-        return LocalCommand(columns, lambda ctx: Answer(columns, rows, f"SELECT {len(rows)}"))
+        count = parameter_count(sql)
+        columns, rows = self.server.catalog.run(sql, [None] * count)
+
+        def run(ctx: Context) -> Answer:
+            # An untyped parameter arrives as text whose type its place decides: in a catalog query, it is text.
+            values = [p.text if isinstance(p, TextParameter) else p for p in ctx.parameters]
+            found = rows if not count else self.server.catalog.run(sql, values)[1]
+            return Answer(columns, found, f"SELECT {len(found)}")
+        return LocalCommand(columns, run, count)
 
     async def _answer(self, statement: Statement, parameters: list[Any]) -> Answer:
         assert self.session is not None and self.settings is not None
         session, settings, epsilon = self.session, self.settings, self.settings.epsilon
         bound = parameters or None
         if statement.command is not None:
-            if parameters:
-                raise ProgrammingError("this statement takes no parameters")
-            context = Context(settings, self.user, lambda: session.spending(self.user))
+            if len(parameters) != statement.command.parameters:
+                raise ProgrammingError(f"this statement takes {statement.command.parameters or 'no'} parameters, "
+                                       f"not {len(parameters)}")
+            context = Context(settings, self.user, lambda: session.spending(self.user), parameters=parameters)
             return await self._in_thread(statement.command.run, context)
         if statement.explained is not None:
             text = await self._with_engine(lambda: explain(session.prepare(statement.explained, bound,
