@@ -23,8 +23,8 @@ def _psql(served, command: str) -> subprocess.CompletedProcess:
 
 @needs_psql
 @pytest.mark.parametrize(("command", "expected"), [
-    ("\\dt", "main|visits|table|dpsql"),
-    ("\\dn", "main|dpsql"),
+    ("\\dt", "public|visits|table|dpsql"),
+    ("\\dn", "public|dpsql"),
     ("\\l", "memory|dpsql|UTF8|C|C||libc|"),
 ])
 def test_psql_catalog_commands_answer_from_the_policy_without_a_charge(served, command, expected) -> None:

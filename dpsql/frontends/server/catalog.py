@@ -47,11 +47,18 @@ _MACROS = (
     # SQLAlchemy's reflection: no sequences, defaults, collations or comments.
     "CREATE MACRO pg_get_serial_sequence(t, c) AS NULL::VARCHAR",
     "CREATE MACRO pg_collation_is_visible(id) AS true",
-    # PostgreSQL's names of the types, which clients map to theirs (DuckDB's own say int8, varchar, float8).
-    "CREATE MACRO format_type(id, m) AS CASE pg_catalog.format_type(id, m) WHEN 'int8' THEN 'bigint' "
-    "WHEN 'int4' THEN 'integer' WHEN 'int2' THEN 'smallint' WHEN 'varchar' THEN 'character varying' "
-    "WHEN 'float8' THEN 'double precision' WHEN 'float4' THEN 'real' WHEN 'bool' THEN 'boolean' "
-    "ELSE pg_catalog.format_type(id, m) END",
+    # Columns' types as PostgreSQL's OIDs (DuckDB's pg_attribute holds its own type ids, which clients would read as
+    # other PostgreSQL types: the JDBC driver took DOUBLE for int4), and PostgreSQL's names for them.
+    "CREATE VIEW dpsql_pg_attribute AS SELECT a.* REPLACE (coalesce((SELECT t.oid FROM pg_catalog.pg_type t "
+    "WHERE t.typname = regexp_replace(pg_catalog.format_type(a.atttypid, a.atttypmod), '\\(.*\\)', '')), "
+    "a.atttypid) AS atttypid) FROM pg_catalog.pg_attribute a",
+    "CREATE MACRO format_type(id, m) AS CASE id WHEN 20 THEN 'bigint' WHEN 23 THEN 'integer' WHEN 21 THEN "
+    "'smallint' WHEN 1043 THEN 'character varying' WHEN 25 THEN 'text' WHEN 701 THEN 'double precision' WHEN 700 "
+    "THEN 'real' WHEN 16 THEN 'boolean' WHEN 1082 THEN 'date' WHEN 1114 THEN 'timestamp without time zone' WHEN "
+    "1700 THEN 'numeric' ELSE (SELECT typname FROM pg_catalog.pg_type WHERE oid = id) END",
+    # The declared tables are in PostgreSQL's default schema, public (DuckDB calls it main).
+    "CREATE VIEW dpsql_pg_namespace AS SELECT * REPLACE (CASE nspname WHEN 'main' THEN 'public' ELSE nspname END "
+    "AS nspname) FROM pg_catalog.pg_namespace",
     "CREATE TABLE dpsql_pg_sequence (seqrelid BIGINT, seqstart BIGINT, seqincrement BIGINT, seqmin BIGINT, "
     "seqmax BIGINT, seqcache BIGINT, seqcycle BOOLEAN)",
     "CREATE TABLE dpsql_pg_collation (oid BIGINT, collname VARCHAR, collnamespace BIGINT)",
@@ -90,7 +97,8 @@ def is_catalog_query(sql: str) -> bool:
 
 # pg_catalog relations answered by our own dpsql_pg_* tables and views above (longest names first for the regex).
 _OWN_RELATIONS = ("class", "database", "policy", "roles", "statistic_ext", "publication_namespace",
-                  "publication_rel", "publication", "inherits", "sequence", "collation", "attrdef")
+                  "publication_rel", "publication", "inherits", "sequence", "collation", "attrdef", "attribute",
+                  "namespace")
 # PostgreSQL spellings psql uses that DuckDB does not parse, with what DuckDB reads the same way.
 _SPELLINGS = (
     (re.compile(r"OPERATOR\(pg_catalog\.([~!=<>]+)\)", re.IGNORECASE), r"\1"),
