@@ -15,8 +15,10 @@ Randomness: `seeded(n)` is dpsql's insecure generator for tests, so runs repeat 
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import json
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +28,7 @@ import sqlglot
 from sqlglot import exp
 
 from dpsql.dp.noise import InsecureSeededRandomForTests
+from dpsql.frontends.server.server import DpsqlServer, ServerConfig
 from dpsql.policy import ColumnPolicy, ColumnType, load_policy
 from dpsql.session import PrivateSession
 from dpsql.sql.parse import DIALECT
@@ -187,3 +190,56 @@ def clamps(tree: exp.Expression, lo: float, hi: float, column: str | None = None
         if column is None or any(c.name == column for c in inner.this.find_all(exp.Column)):
             return True
     return False
+
+
+@dataclass
+class RunningServer:
+    """A DpsqlServer on its own event loop in a thread (the server tests and benchmarks/server.py)."""
+
+    policy: Path
+    config: ServerConfig
+    server: DpsqlServer | None = None
+    loop: asyncio.AbstractEventLoop | None = None
+    _ready: threading.Event = field(default_factory=threading.Event)
+    _failure: BaseException | None = None
+
+    def start(self) -> RunningServer:
+        self._thread = threading.Thread(target=asyncio.run, args=(self._main(),), daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._failure is not None:
+            raise self._failure
+        return self
+
+    async def _main(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        try:
+            self.server = DpsqlServer(load_policy(self.policy), self.config)
+            await self.server.start()
+        except BaseException as exc:
+            self._failure = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        await self._stop.wait()
+        await self.server.close()
+
+    @property
+    def port(self) -> int:
+        assert self.server is not None
+        return self.server.port
+
+    def call(self, coroutine):  # run a coroutine on the server's loop, from the test's thread
+        assert self.loop is not None
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+    def stop(self) -> None:
+        if self.loop is not None and self.server is not None:
+            self.loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join()
+
+
+def start_server(policy: Path, **config) -> RunningServer:
+    return RunningServer(policy, ServerConfig(port=0, **config)).start()
+

@@ -6,21 +6,18 @@ malformed messages, queries before login, a look at the SCRAM exchange of an unk
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
 import hmac
 import shutil
 import socket
 import struct
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from dpsql.frontends.server.server import DpsqlServer, ServerConfig
+from benchmarks.support import RunningServer, start_server
 from dpsql.frontends.server.users import UserStore, users_path
 from dpsql.policy import load_policy
 from dpsql.store.ledger import BudgetLedger
@@ -51,58 +48,6 @@ def charges(policy: Path) -> list:
         return ledger.history()
     finally:
         ledger.close()
-
-
-@dataclass
-class RunningServer:
-    """A DpsqlServer on its own event loop in a thread."""
-
-    policy: Path
-    config: ServerConfig
-    server: DpsqlServer | None = None
-    loop: asyncio.AbstractEventLoop | None = None
-    _ready: threading.Event = field(default_factory=threading.Event)
-    _failure: BaseException | None = None
-
-    def start(self) -> RunningServer:
-        self._thread = threading.Thread(target=asyncio.run, args=(self._main(),), daemon=True)
-        self._thread.start()
-        self._ready.wait()
-        if self._failure is not None:
-            raise self._failure
-        return self
-
-    async def _main(self) -> None:
-        self.loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        try:
-            self.server = DpsqlServer(load_policy(self.policy), self.config)
-            await self.server.start()
-        except BaseException as exc:
-            self._failure = exc
-            self._ready.set()
-            return
-        self._ready.set()
-        await self._stop.wait()
-        await self.server.close()
-
-    @property
-    def port(self) -> int:
-        assert self.server is not None
-        return self.server.port
-
-    def call(self, coroutine):  # run a coroutine on the server's loop, from the test's thread
-        assert self.loop is not None
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
-
-    def stop(self) -> None:
-        if self.loop is not None and self.server is not None:
-            self.loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join()
-
-
-def start_server(policy: Path, **config) -> RunningServer:
-    return RunningServer(policy, ServerConfig(port=0, **config)).start()
 
 
 @pytest.fixture(scope="module")
