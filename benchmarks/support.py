@@ -28,6 +28,7 @@ import sqlglot
 from sqlglot import exp
 
 from dpsql.dp.noise import InsecureSeededRandomForTests
+from dpsql.engines.base import Engine
 from dpsql.frontends.server.server import DpsqlServer, ServerConfig
 from dpsql.policy import ColumnPolicy, ColumnType, load_policy
 from dpsql.session import PrivateSession
@@ -202,6 +203,7 @@ class RunningServer:
     loop: asyncio.AbstractEventLoop | None = None
     _ready: threading.Event = field(default_factory=threading.Event)
     _failure: BaseException | None = None
+    engine: Engine | None = None  # the server's engine, if not one of its own (tests wrap it to control timing)
 
     def start(self) -> RunningServer:
         self._thread = threading.Thread(target=asyncio.run, args=(self._main(),), daemon=True)
@@ -215,7 +217,7 @@ class RunningServer:
         self.loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         try:
-            self.server = DpsqlServer(load_policy(self.policy), self.config)
+            self.server = DpsqlServer(load_policy(self.policy), self.config, engine=self.engine)
             await self.server.start()
         except BaseException as exc:
             self._failure = exc

@@ -31,5 +31,10 @@ class Engine(ABC):
         query does survives it."""
 
     @abstractmethod
+    def interrupt(self) -> None:
+        """Stop the query running on the data now (it then fails like any other: ExecutionFailed); nothing if none
+        is running. For a client's cancel: the query was charged before it ran, and stays charged."""
+
+    @abstractmethod
     def close(self) -> None:
         """Release the tables and everything held for them."""

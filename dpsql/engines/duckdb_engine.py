@@ -183,6 +183,9 @@ class DuckDBEngine(Engine):
             finally:
                 self._con.execute("ROLLBACK")
 
+    def interrupt(self) -> None:
+        self._watchdog.interrupt_now()
+
     def _fetch_exact(self, sql: str) -> list[tuple[Any, ...]]:
         """The rows of `sql`, every column Python cannot hold exactly fetched as its DuckDB text (lossless.py).
 

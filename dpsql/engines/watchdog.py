@@ -43,9 +43,20 @@ class Watchdog:
             with self._changed:
                 self._state.deadline = None
 
+    def interrupt_now(self) -> None:
+        """Interrupt the running query now, as its time limit would (and again until it stops); nothing if no query
+        is running (so a late call cannot reach the next query: the deadline is the running query's own)."""
+        with self._changed:
+            if self._state.deadline is not None:
+                self._state.deadline = time.monotonic()
+                self._changed.notify()
+
     def close(self) -> None:
         self._stop()
         self._thread.join()
+
+
+_REPEAT = 0.01  # seconds between interrupts of a query that is past its deadline
 
 
 class _WatchState:
@@ -82,6 +93,8 @@ def _watch(changed: threading.Condition, state: _WatchState, con: weakref.ref) -
                     if connection is not None:
                         connection.interrupt()
                     del connection
-                    state.deadline = None
+                    # Again every few milliseconds until the query leaves `running`: an interrupt that reaches
+                    # DuckDB before the statement has started (or between two statements) is forgotten.
+                    state.deadline = time.monotonic() + _REPEAT
     finally:
         _THREADS.pop(threading.current_thread(), None)

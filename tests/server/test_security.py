@@ -13,7 +13,11 @@ import pg8000.native
 import psycopg
 import pytest
 
-from dpsql.frontends.server.server import load_tls
+from benchmarks.support import RunningServer
+from dpsql.engines.duckdb_engine import DuckDBEngine
+from dpsql.errors import ExecutionFailed
+from dpsql.frontends.server.server import ServerConfig, load_tls
+from dpsql.policy import load_policy
 from tests.server.conftest import PASSWORDS, RawClient, charges, dsn, error_fields, sample_policy, start_server
 
 
@@ -233,3 +237,48 @@ def test_a_client_gone_before_its_turn_is_not_charged_and_one_killed_after_is_on
     assert len(charges(served.policy)) == before + (0 if leaves_early else 1)
     with psycopg.connect(dsn(served)) as conn:
         assert conn.execute("SELECT COUNT(*) FROM visits").fetchone()[0] > 0
+
+
+class _HeldEngine(DuckDBEngine):
+    """The real engine, whose queries on the data wait until interrupted and then fail as DuckDB's would."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.running = threading.Event()
+        self.interrupted = threading.Event()
+
+    def run(self, sql: str):
+        self.running.set()
+        self.interrupted.wait()
+        raise ExecutionFailed()
+
+    def interrupt(self) -> None:
+        if self.running.is_set():
+            self.interrupted.set()
+
+
+def test_a_cancel_interrupts_a_query_running_on_the_data_and_its_charge_stands(tmp_path: Path) -> None:
+    policy = sample_policy(tmp_path)
+    engine = _HeldEngine(load_policy(policy))
+    running = RunningServer(policy, ServerConfig(port=0), engine=engine).start()
+    try:
+        with psycopg.connect(dsn(running), autocommit=True) as conn:
+            before = len(charges(policy))
+            outcome: list = []
+
+            def ask() -> None:
+                try:
+                    conn.execute("SELECT COUNT(*) FROM visits WHERE age > 10")
+                except psycopg.Error as exc:
+                    outcome.append(exc)
+            thread = threading.Thread(target=ask)
+            thread.start()
+            engine.running.wait()
+            conn.cancel_safe()  # the non-blocking cancel: the blocking one holds the GIL the server needs
+            thread.join()
+            assert len(outcome) == 1 and outcome[0].sqlstate == "57014"
+            assert "its charge stands" in str(outcome[0])
+            assert len(charges(policy)) == before + 1
+    finally:
+        running.stop()
+        engine.close()

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 from dpsql.engines.base import Engine
 from dpsql.engines.duckdb_engine import DuckDBEngine
-from dpsql.errors import Error, NotSupportedError, ProgrammingError
+from dpsql.errors import Error, ExecutionFailed, NotSupportedError, ProgrammingError
 from dpsql.frontends.explain import explain
 from dpsql.frontends.format import headers, records
 from dpsql.frontends.server import protocol as pq
@@ -236,6 +236,8 @@ class Connection:
         self._tls = False
         self._busy = False
         self._cancelled = asyncio.Event()
+        self._holds_engine = False  # its query holds the engine (planning, charging or running on the data)
+        self._interrupted = False  # a cancel interrupted its query on the data
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
 
@@ -279,9 +281,14 @@ class Connection:
             await asyncio.wait_for(self.writer.drain(), 5)
 
     def cancel(self) -> None:
-        """A CancelRequest for this connection: reaches a query still waiting for the engine; otherwise ignored."""
+        """A CancelRequest for this connection. A query still waiting for the engine stops before it is charged; one
+        that holds the engine is interrupted if it is running on the data (charged already: the charge stands);
+        otherwise (no query, or one still being planned) the request is ignored, as PostgreSQL does."""
         if self._busy:
             self._cancelled.set()
+        if self._holds_engine and self.server.engine is not None:
+            self._interrupted = True
+            self.server.engine.interrupt()
 
     # ---- login -----------------------------------------------------------------------------------------------
 
@@ -542,9 +549,16 @@ class Connection:
             if self.reader.at_eof():  # the client left while its query waited: do not charge it for nothing
                 turn.release()
                 raise WireError("08006", "the client has gone")
+            self._holds_engine, self._interrupted = True, False
             try:
                 return await self._in_thread(work)
+            except ExecutionFailed:
+                if self._interrupted:  # the client's cancel, not the data, stopped it
+                    raise WireError("57014", "canceling statement due to user request (it had started on the data: "
+                                             "its charge stands)") from None
+                raise
             finally:
+                self._holds_engine = False
                 turn.release()
         finally:
             self._busy = False
