@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import duckdb
 from sqlglot import exp
 
 from dpsql.errors import ProgrammingError, QueryRejected
@@ -45,9 +46,31 @@ _INNER_CLAUSES = {"expressions", "from_", "where", "order"}
 _OUTER_CLAUSES = {"expressions", "from_", "where", "group", "having", "qualify", "order", "limit", "offset",
                   "distinct"}
 # Where a substituted expression needs no parentheses: it is a whole clause item or a whole function argument.
-_WHOLE = (exp.Alias, exp.Select, exp.Where, exp.Group, exp.Having, exp.Qualify, exp.Ordered, exp.Func, exp.Distinct)
+_WHOLE = (exp.Alias, exp.Select, exp.Where, exp.Group, exp.Having, exp.Qualify, exp.Ordered, exp.AggFunc,
+          exp.Distinct, exp.Case, exp.If)
 # Calls whose value differs on each evaluation: substituting them in two places would draw twice.
 _VOLATILE = {"random", "rand", "randn", "uuid", "gen_random_uuid", "setseed", "nextval"}
+
+
+def _duckdb_aggregates() -> frozenset[str]:
+    """Every aggregate function DuckDB has, by name: sqlglot reads some (histogram, arbitrary, VAR) as anonymous
+    calls, which must not be mistaken for row-level functions. Read from DuckDB's catalogue, no data involved."""
+    with duckdb.connect() as con:
+        rows = con.execute("SELECT DISTINCT lower(function_name) FROM duckdb_functions() "
+                           "WHERE function_type = 'aggregate'").fetchall()
+    return frozenset(row[0] for row in rows) | {"var"}  # VAR(x): dpsql reads it as the sample variance (check.py)
+
+
+_AGGREGATE_NAMES = _duckdb_aggregates()
+
+
+def is_aggregate(node: exp.Expression) -> bool:
+    return isinstance(node, exp.AggFunc) or (isinstance(node, exp.Anonymous)
+                                             and node.name.lower() in _AGGREGATE_NAMES)
+
+
+def has_aggregate(node: exp.Expression) -> bool:
+    return any(is_aggregate(part) for part in node.walk())
 
 
 class _CannotMerge(Exception):
@@ -100,7 +123,8 @@ def flatten(tree: exp.Select, policy: Policy) -> exp.Select:
     for select in reversed(list(tree.find_all(exp.Select))):  # breadth-first, reversed: inner before outer
         source = select.args.get("from_").this if select.args.get("from_") is not None else None
         try:
-            if isinstance(source, exp.Subquery) and isinstance(source.this, exp.Select):
+            if isinstance(source, exp.Subquery) and isinstance(source.this, exp.Select) and not any(
+                    value for key, value in source.args.items() if key not in ("this", "alias")):
                 _merge(select, source.this, source.args.get("alias"), policy, "the subquery")
             elif isinstance(source, exp.Table) and source.args.get("alias") is not None \
                     and source.args["alias"].args.get("columns"):
@@ -185,7 +209,7 @@ def _inner_outputs(inner: exp.Select, policy: Policy) -> tuple[list[tuple[str, e
     for clause, value in inner.args.items():
         if value and clause not in _INNER_CLAUSES:
             raise _CannotMerge()
-    if any(isinstance(p, exp.AggFunc) for p in inner.walk()):
+    if has_aggregate(inner):
         raise _CannotMerge()
     table_names, table = _table_names(inner.args["from_"].this, policy)
     items = inner.expressions
@@ -251,6 +275,9 @@ def _merge(outer: exp.Select, inner: exp.Select, alias: exp.TableAlias | None, p
     for clause in ("where", "having", "qualify"):
         node = outer.args.get(clause)
         if node is not None:
+            if clause != "where" and any(not c.table and c.name.lower() in aliases and c.name.lower() in
+                                         source.columns for c in node.find_all(exp.Column)):
+                raise _CannotMerge()  # DuckDB reads such a name as the column only if it is a group key
             resolved[clause] = node.__class__(this=_substitute(node.this, resolve))
     group = outer.args.get("group")
     if group is not None:

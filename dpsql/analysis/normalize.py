@@ -20,7 +20,7 @@ from dataclasses import replace
 from sqlglot import exp
 
 from dpsql.analysis.check import written_output_names
-from dpsql.analysis.flatten import flatten
+from dpsql.analysis.flatten import flatten, has_aggregate
 from dpsql.errors import QueryRejected
 from dpsql.policy import Policy
 from dpsql.sql.parse import DIALECT, ParsedQuery
@@ -108,7 +108,7 @@ def _expand_group_by_all(tree: exp.Select) -> None:
                or any(isinstance(p, exp.Window) for p in item.walk()) for item in items):
             continue  # SELECT * or a window: left as written, for the checker to refuse
         keys = [item.copy() for item in items
-                if not any(isinstance(p, exp.AggFunc) for p in item.walk()) and any(item.find_all(exp.Column))]
+                if not has_aggregate(item) and any(item.find_all(exp.Column))]
         select.set("group", exp.Group(expressions=keys) if keys else None)
 
 
@@ -118,13 +118,17 @@ def _unfilter_aggregates(tree: exp.Select) -> None:
     is 1 there and NULL elsewhere). An empty selection gives what it gives with FILTER: COUNT 0, the others NULL."""
     for node in list(tree.find_all(exp.Filter)):
         call, condition = node.this, node.expression.this
-        if not isinstance(call, _NULL_SKIPPING):
+        slot = "this"
+        if isinstance(call, exp.Anonymous) and call.name.lower() == "var" and len(call.expressions) == 1:
+            slot = "expressions"  # VAR(x), the sample variance, which sqlglot reads as an anonymous call
+        elif not isinstance(call, _NULL_SKIPPING):
             continue  # left as written: the checker refuses FILTER on it
-        argument = call.this
+        argument = call.this if slot == "this" else call.expressions[0]
         if isinstance(argument, exp.Distinct):
             raise QueryRejected(f"{node.sql(DIALECT)}: FILTER (WHERE ...) on a DISTINCT aggregate is not "
                                 "supported; put the condition in the WHERE clause")
         value = exp.Literal.number(1) if argument is None or isinstance(argument, exp.Star) else argument
         unfiltered = call.copy()
-        unfiltered.set("this", exp.Case(ifs=[exp.If(this=condition.copy(), true=value.copy())]))
+        case = exp.Case(ifs=[exp.If(this=condition.copy(), true=value.copy())])
+        unfiltered.set(slot, case if slot == "this" else [case])
         node.replace(unfiltered)
