@@ -18,6 +18,7 @@ from sqlglot import exp
 
 from benchmarks.support import seeded
 from dpsql.analysis.check import check
+from dpsql.analysis.flatten import MAX_PARTS
 from dpsql.analysis.normalize import normalize
 from dpsql.engines.duckdb_engine import DuckDBEngine
 from dpsql.errors import ProgrammingError, QueryRejected
@@ -128,6 +129,20 @@ def test_outputs_keep_the_names_the_analyst_wrote(sql: str, names: tuple[str, ..
 def test_refusals_name_the_problem(sql: str, error: type[Exception], message: str) -> None:
     with pytest.raises(error, match=message):
         normalize(parse(sql), VISITS)
+
+
+def test_repetition_cannot_grow_the_query_exponentially() -> None:
+    """Each CTE reads the one before twice, each subquery level doubles the expression: refused at a bound, before
+    2^40 copies are built."""
+    ctes = ", ".join(f"c{i} AS (SELECT age FROM c{i - 1} WHERE age IN (SELECT age FROM c{i - 1}))"
+                     for i in range(1, 40))
+    with pytest.raises(QueryRejected, match=f"more than {MAX_PARTS} parts"):
+        normalize(parse(f"WITH c0 AS (SELECT age FROM visits), {ctes} SELECT COUNT(*) FROM c39"), VISITS)
+    nested = "visits"
+    for _ in range(40):
+        nested = f"(SELECT age + age AS age FROM {nested})"
+    with pytest.raises(QueryRejected, match=f"more than {MAX_PARTS} parts"):
+        normalize(parse(f"SELECT SUM(age) FROM {nested}"), VISITS)
 
 
 def test_the_policys_column_order_is_the_engines(visits_policy: Path) -> None:

@@ -73,6 +73,17 @@ def has_aggregate(node: exp.Expression) -> bool:
     return any(is_aggregate(part) for part in node.walk())
 
 
+# Substitution copies an expression into each place that names it, so nesting can double a query's size at each
+# level (`SELECT a + a AS b FROM (SELECT x + x AS a ...)`): the size is bounded before anything is built from it.
+MAX_PARTS = 20_000
+
+
+def refuse_oversized(parts: int, what: str) -> None:
+    if parts > MAX_PARTS:
+        raise QueryRejected(f"{what} would have more than {MAX_PARTS} parts once written out in full: write it "
+                            "with fewer repetitions")
+
+
 class _CannotMerge(Exception):
     """The subquery is not a row-level one this stage merges exactly: left as written."""
 
@@ -185,6 +196,7 @@ def _substitute(node: exp.Expression, resolve) -> exp.Expression:
                 and not isinstance(column.parent, _WHOLE):
             replacement = exp.Paren(this=replacement)
         column.replace(replacement)
+    refuse_oversized(sum(1 for _ in node.walk()), "the query's nested subqueries")
     return node
 
 

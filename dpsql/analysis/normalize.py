@@ -20,7 +20,7 @@ from dataclasses import replace
 from sqlglot import exp
 
 from dpsql.analysis.check import written_output_names
-from dpsql.analysis.flatten import flatten, has_aggregate
+from dpsql.analysis.flatten import flatten, has_aggregate, refuse_oversized
 from dpsql.errors import QueryRejected
 from dpsql.policy import Policy
 from dpsql.sql.parse import DIALECT, ParsedQuery
@@ -73,10 +73,13 @@ def _inline_ctes(tree: exp.Select, policy: Policy) -> None:
                 raise QueryRejected(f"WITH {name} AS (...): '{name}' is the name of a declared table; a CTE of that "
                                     "name would make it mean two things in one query (the policy's bounds and "
                                     "privacy unit belong to the table): give the CTE another name")
-            for scope in [later.this for later in ctes[i + 1:]] + [query]:
-                for table in list(scope.find_all(exp.Table)):
-                    if _names_cte(table, name):
-                        table.replace(_inlined(cte, table))
+            scopes = [later.this for later in ctes[i + 1:]] + [query]
+            references = [t for scope in scopes for t in scope.find_all(exp.Table) if _names_cte(t, name)]
+            # checked before copying, so a chain of CTEs each read twice cannot grow the tree exponentially
+            refuse_oversized(sum(1 for _ in tree.walk()) + len(references) * sum(1 for _ in cte.this.walk()),
+                             "the query with its CTEs inlined")
+            for table in references:
+                table.replace(_inlined(cte, table))
 
 
 def _names_cte(table: exp.Table, name: str) -> bool:
