@@ -232,11 +232,19 @@ class _Generator:
         where = f" WHERE {self.condition(names)}" if self.rng.random() < 0.6 else ""
         order = f" ORDER BY {self.rng.choice(list(names))}" if self.rng.random() < 0.2 else ""
         body = f"SELECT {', '.join(items)} FROM {inner}{where}{order}"
-        if self.rng.random() < 0.4:
+        renames = ""
+        if "*" not in items and self.rng.random() < 0.2:  # column aliases on the subquery rename by position
+            renamed = {f"r{i}": numeric for i, numeric in enumerate(out.values())}
+            renamed = dict(list(renamed.items())[:self.rng.randint(1, len(renamed))])
+            out = {**renamed, **dict(list(out.items())[len(renamed):])}
+            renames = f"({', '.join(renamed)})"
+            if len(set(out)) != len(out):
+                renames, out = "", dict(zip([i.rsplit(' AS ', 1)[1] for i in items], out.values(), strict=True))
+        if self.rng.random() < 0.4 and not renames:
             name = f"q{len(ctes)}"
             ctes.append(f"{name} AS ({body})")
             return name, out
-        return f"({body}) AS s{depth}", out
+        return f"({body}) AS s{depth}{renames}", out
 
     def query(self) -> str:
         ctes: list[str] = []
@@ -252,7 +260,7 @@ class _Generator:
                 call += f" FILTER (WHERE {self.condition(names)})"
             aggregates.append(call)
         grouped = self.rng.random() < 0.7
-        items = ([f"{key} AS g"] if grouped else []) + aggregates
+        items = ([f"{key} AS g"] if grouped else []) + (["1 AS one"] if self.rng.random() < 0.2 else []) + aggregates
         sql = f"SELECT {', '.join(items)} FROM {source}"
         if self.rng.random() < 0.5:
             sql += f" WHERE {self.condition(names)}"
