@@ -80,6 +80,9 @@ EXAMPLES = [
     # a HAVING name that is a subquery column and an output alias: DuckDB's reading depends on the GROUP BY
     ("SELECT age + 0 AS age, COUNT(*) FROM (SELECT age FROM visits) GROUP BY age HAVING age > 1",
      "SELECT age + 0 AS age, COUNT(*) FROM (SELECT age FROM visits) GROUP BY age HAVING age > 1"),
+    # a subquery in an expression may name the enclosing query's columns: left as written, for the checker
+    ("SELECT COUNT(*) FROM visits AS v WHERE EXISTS (SELECT 1 FROM (SELECT age FROM visits) AS s WHERE s.age = v.age)",
+     "SELECT COUNT(*) FROM visits AS v WHERE EXISTS(SELECT 1 FROM (SELECT age FROM visits) AS s WHERE s.age = v.age)"),
     # left as written: grouped by the unit (the checker's to handle), DISTINCT, LIMIT, a join, a constant key
     ("SELECT COUNT(*) FROM (SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id) AS p",
      "SELECT COUNT(*) FROM (SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id) AS p"),

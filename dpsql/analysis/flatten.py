@@ -143,7 +143,21 @@ def flatten(tree: exp.Select, policy: Policy) -> exp.Select:
                        f"FROM {source.sql(DIALECT)}: table {source.name}")
         except _CannotMerge:
             continue
+        except ProgrammingError:
+            if _in_expression(select):
+                continue  # its names may be an enclosing query's (correlated): left for the checker to refuse
+            raise
     return tree
+
+
+def _in_expression(select: exp.Select) -> bool:
+    """Whether the SELECT sits in an expression of another (IN, EXISTS, a scalar subquery), not in FROM or WITH."""
+    node: exp.Expression = select
+    while node.parent is not None:
+        if isinstance(node.parent, exp.Select) and node.arg_key not in ("from_", "with_"):
+            return True
+        node = node.parent
+    return False
 
 
 def _without_column_aliases(table: exp.Table) -> exp.Table:
