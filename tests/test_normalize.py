@@ -266,7 +266,10 @@ class _Generator:
         items = ([f"{key} AS g"] if grouped else []) + (["1 AS one"] if self.rng.random() < 0.2 else []) + aggregates
         sql = f"SELECT {', '.join(items)} FROM {source}"
         if self.rng.random() < 0.5:
-            sql += f" WHERE {self.condition(names)}"
+            # sometimes no row at all: grouping by a constant or not grouping then differ (no row or one)
+            sql += f" WHERE {self.condition(names) if self.rng.random() < 0.8 else 'false'}"
+        if not grouped and self.rng.random() < 0.3:
+            sql += " GROUP BY ALL"  # with no key: one group of all rows, as without GROUP BY
         if grouped:
             sql += self.rng.choice([f" GROUP BY {key}", " GROUP BY ALL", " GROUP BY g"])
             if self.rng.random() < 0.3:
