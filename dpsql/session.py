@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dpsql.analysis.check import check
+from dpsql.analysis.normalize import normalize
 from dpsql.dp.noise import RandomSource, SecureRandom
 from dpsql.engines.base import Engine
 from dpsql.engines.duckdb_engine import DuckDBEngine
@@ -100,7 +101,7 @@ class PrivateSession:
         if prepared is None:
             parsed = parse(sql, parameters)
             canonical = parsed.tree.sql(DIALECT, comments=False)
-            query_plan = plan(check(parsed, self.policy, VOCABULARY), budget)
+            query_plan = plan(check(normalize(parsed, self.policy), self.policy, VOCABULARY), budget)
             bounded = rewrite(query_plan)
             key_types = self.engine.dry_run(bounded.sql)[:bounded.key_count]
             prepared = PreparedQuery(query_plan, bounded, key_types, self._rehearse(query_plan, key_types), canonical)

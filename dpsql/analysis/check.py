@@ -103,16 +103,11 @@ _SELECT_CLAUSES = {"expressions", "from_", "where", "group", "having", "order", 
 
 
 def check(parsed: ParsedQuery, policy: Policy, vocabulary: Vocabulary) -> CheckedQuery:
-    tree = parsed.tree.copy()
-    for node in list(tree.find_all(exp.Anonymous)):  # VAR(x), which sqlglot does not know: the sample variance
-        if node.name.lower() == "var" and len(node.expressions) == 1:
-            variance = exp.Variance(this=node.expressions[0])
-            variance.meta.update(node.meta)  # where the analyst wrote it, for the output's name
-            node.replace(variance)
+    tree = _read_var(parsed.tree.copy())
     _check_clauses(tree)
     table = _table_of(tree, policy)
     _refuse_subqueries(tree)
-    output_names = _output_names(tree, parsed.sql)
+    output_names = parsed.output_names if parsed.output_names is not None else _output_names(tree, parsed.sql)
     schema = {table.name: {c.name: c.type.duckdb for c in table.columns.values()}}
     try:
         # Quoting is left as the analyst wrote it (a reserved word must be quoted to parse at all).
@@ -144,6 +139,20 @@ def check(parsed: ParsedQuery, policy: Policy, vocabulary: Vocabulary) -> Checke
         output_aggregate=tuple(_single_aggregate(e.this) for e in outer.expressions),
         output_noisy=tuple(bool(_aggregate_columns(e.this)) for e in outer.expressions),
     )
+
+
+def _read_var(tree: exp.Select) -> exp.Select:
+    for node in list(tree.find_all(exp.Anonymous)):  # VAR(x), which sqlglot does not know: the sample variance
+        if node.name.lower() == "var" and len(node.expressions) == 1:
+            variance = exp.Variance(this=node.expressions[0])
+            variance.meta.update(node.meta)  # where the analyst wrote it, for the output's name
+            node.replace(variance)
+    return tree
+
+
+def written_output_names(parsed: ParsedQuery) -> tuple[str, ...]:
+    """The outputs' names as the written SQL gives them (for normalisation, which rewrites the select items)."""
+    return _output_names(_read_var(parsed.tree.copy()), parsed.sql)
 
 
 _CONSTANTS = ConstantChecker()

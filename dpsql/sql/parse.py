@@ -78,6 +78,9 @@ class _PositionedDuckDB(DuckDB):
 class ParsedQuery:
     sql: str
     tree: exp.Select
+    # Set by normalisation (analysis/normalize.py) when it rewrote the select items: the outputs' names as the
+    # written SQL gives them, which the rewritten items no longer spell.
+    output_names: tuple[str, ...] | None = None
 
 
 def parse(sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None) -> ParsedQuery:

@@ -1,0 +1,137 @@
+"""Stage 1b, between parse and check: rewrite the SQL analysts type into the one-SELECT form the checker reads.
+
+Each rewrite gives the same result as the written query, row for row, on every database (the reasons are beside
+each one, and tests/test_normalize.py runs generated queries both ways in DuckDB):
+- CTEs are inlined as subqueries (`WITH a AS (q) ... FROM a` is `FROM (q) AS a`, by definition of a non-recursive
+  CTE over deterministic SQL; one used twice is inlined twice);
+- row-level subqueries in FROM, and column aliases on a table, are merged into the SELECT that reads them
+  (analysis/flatten.py);
+- GROUP BY ALL becomes the list of select items it stands for;
+- an aggregate's FILTER (WHERE c) moves into its argument as CASE WHEN c THEN x END.
+The checker then sees one SELECT over one table, and what it checks is what runs: nothing here reads the data, and
+the rewrite neither adds a row nor a column the written query did not read. What it cannot rewrite exactly stays
+as written, for the checker to refuse or to handle. The outputs keep the names the analyst's SQL gives them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from sqlglot import exp
+
+from dpsql.analysis.check import written_output_names
+from dpsql.analysis.flatten import flatten, has_aggregate, refuse_oversized
+from dpsql.errors import QueryRejected
+from dpsql.policy import Policy
+from dpsql.sql.parse import DIALECT, ParsedQuery
+
+# Aggregates that skip NULL arguments (so a FILTER can become a CASE without ELSE inside them) and read their
+# filtered values from `this` only (a quantile's fraction is a constant argument beside it).
+_NULL_SKIPPING = tuple(getattr(exp, name) for name in (
+    "Count", "Sum", "Avg", "Min", "Max", "Variance", "VariancePop", "Stddev", "StddevPop", "StddevSamp", "Median",
+    "Quantile", "PercentileCont", "PercentileDisc", "ApproxQuantile") if hasattr(exp, name))
+
+
+def normalize(parsed: ParsedQuery, policy: Policy) -> ParsedQuery:
+    """The query in the checker's form; the very same ParsedQuery when there is nothing to rewrite."""
+    if not _has_work(parsed.tree):
+        return parsed
+    tree = parsed.tree.copy()
+    _inline_ctes(tree, policy)
+    flatten(tree, policy)
+    _expand_group_by_all(tree)
+    _unfilter_aggregates(tree)
+    return replace(parsed, tree=tree, output_names=written_output_names(parsed))
+
+
+def _has_work(tree: exp.Select) -> bool:
+    for node in tree.walk():
+        if isinstance(node, exp.With | exp.Subquery | exp.Filter):
+            return True
+        if isinstance(node, exp.Group) and node.args.get("all"):
+            return True
+        if isinstance(node, exp.TableAlias) and node.args.get("columns"):
+            return True
+    return False
+
+
+def _inline_ctes(tree: exp.Select, policy: Policy) -> None:
+    """Replace each reference to a CTE by a copy of its query, innermost WITH first, so that a nested WITH's
+    names shadow the outer ones exactly where SQL says they do."""
+    for query in reversed(list(tree.find_all(exp.Query))):
+        with_ = query.args.get("with_")
+        if with_ is None:
+            continue
+        if with_.args.get("recursive"):
+            raise QueryRejected("WITH RECURSIVE is not supported: a recursive query can loop over the rows any "
+                                "number of times, so no bound on one person's contribution follows from the SQL")
+        ctes = list(with_.expressions)
+        query.set("with_", None)
+        for i, cte in enumerate(ctes):
+            name = cte.alias_or_name
+            if policy.table(name) is not None:
+                raise QueryRejected(f"WITH {name} AS (...): '{name}' is the name of a declared table; a CTE of that "
+                                    "name would make it mean two things in one query (the policy's bounds and "
+                                    "privacy unit belong to the table): give the CTE another name")
+            scopes = [later.this for later in ctes[i + 1:]] + [query]
+            references = [t for scope in scopes for t in scope.find_all(exp.Table) if _names_cte(t, name)]
+            # checked before copying, so a chain of CTEs each read twice cannot grow the tree exponentially
+            refuse_oversized(sum(1 for _ in tree.walk()) + len(references) * sum(1 for _ in cte.this.walk()),
+                             "the query with its CTEs inlined")
+            for table in references:
+                table.replace(_inlined(cte, table))
+
+
+def _names_cte(table: exp.Table, name: str) -> bool:
+    return (isinstance(table.this, exp.Identifier) and table.name.lower() == name.lower()
+            and not table.args.get("db") and not table.args.get("catalog"))
+
+
+def _inlined(cte: exp.CTE, table: exp.Table) -> exp.Subquery:
+    """`FROM a AS b(x)` for the CTE `a(p, q) AS (body)`: `FROM (body) AS b(x, q)`."""
+    if any(table.args.get(k) for k in ("joins", "laterals", "pivots", "sample", "version")):
+        raise QueryRejected(f"FROM {table.sql(DIALECT)}: this form of reading a CTE is not supported")
+    reference = table.args.get("alias")
+    written = list(reference.args.get("columns") or ()) if reference is not None else []
+    declared = list(cte.args["alias"].args.get("columns") or ())
+    columns = [c.copy() for c in written + declared[len(written):]]
+    name = reference.this.copy() if reference is not None and reference.this else exp.to_identifier(table.name)
+    return exp.Subquery(this=cte.this.copy(), alias=exp.TableAlias(this=name, columns=columns or None))
+
+
+def _expand_group_by_all(tree: exp.Select) -> None:
+    """GROUP BY ALL is DuckDB's GROUP BY every select item that holds no aggregate and reads some column (a
+    constant item is not a key: `SELECT 1, COUNT(*) ... GROUP BY ALL` gives one row even on no rows)."""
+    for select in tree.find_all(exp.Select):
+        group = select.args.get("group")
+        if group is None or not group.args.get("all"):
+            continue
+        items = [item.this if isinstance(item, exp.Alias) else item for item in select.expressions]
+        if any(isinstance(item, exp.Star) or (isinstance(item, exp.Column) and isinstance(item.this, exp.Star))
+               or any(isinstance(p, exp.Window) for p in item.walk()) for item in items):
+            continue  # SELECT * or a window: left as written, for the checker to refuse
+        keys = [item.copy() for item in items
+                if not has_aggregate(item) and any(item.find_all(exp.Column))]
+        select.set("group", exp.Group(expressions=keys) if keys else None)
+
+
+def _unfilter_aggregates(tree: exp.Select) -> None:
+    """AGG(x) FILTER (WHERE c) is AGG(CASE WHEN c THEN x END): the rows where c is not TRUE give NULL, which these
+    aggregates skip, and that is what FILTER means (COUNT(*) counts the rows where c is TRUE: COUNT of a CASE that
+    is 1 there and NULL elsewhere). An empty selection gives what it gives with FILTER: COUNT 0, the others NULL."""
+    for node in list(tree.find_all(exp.Filter)):
+        call, condition = node.this, node.expression.this
+        slot = "this"
+        if isinstance(call, exp.Anonymous) and call.name.lower() == "var" and len(call.expressions) == 1:
+            slot = "expressions"  # VAR(x), the sample variance, which sqlglot reads as an anonymous call
+        elif not isinstance(call, _NULL_SKIPPING):
+            continue  # left as written: the checker refuses FILTER on it
+        argument = call.this if slot == "this" else call.expressions[0]
+        if isinstance(argument, exp.Distinct):
+            raise QueryRejected(f"{node.sql(DIALECT)}: FILTER (WHERE ...) on a DISTINCT aggregate is not "
+                                "supported; put the condition in the WHERE clause")
+        value = exp.Literal.number(1) if argument is None or isinstance(argument, exp.Star) else argument
+        unfiltered = call.copy()
+        case = exp.Case(ifs=[exp.If(this=condition.copy(), true=value.copy())])
+        unfiltered.set(slot, case if slot == "this" else [case])
+        node.replace(unfiltered)
