@@ -92,7 +92,8 @@ class PrivateSession:
         key = (sql, repr(parameters), budget)
         prepared = self._prepared.get(key)
         if prepared is None:
-            query_plan = plan(check(parse(sql, parameters), self.policy, VOCABULARY), budget)
+            query_plan = plan(check(parse(sql, parameters), self.policy, VOCABULARY, self.engine.public_facts()),
+                              budget)
             bounded = rewrite(query_plan)
             key_types = self.engine.dry_run(bounded.sql)[:bounded.key_count]
             prepared = PreparedQuery(query_plan, bounded, key_types, self._rehearse(query_plan, key_types))

@@ -21,6 +21,8 @@ from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.qualify import qualify
 
 from dpsql.analysis.bounds import Unbounded, interval_of
+from dpsql.analysis.public_facts import PublicFacts
+from dpsql.analysis.relation import Relation, resolve
 from dpsql.analysis.text_parameters import type_text_parameters
 from dpsql.analysis.typecheck import Kind, typed_expression
 from dpsql.analysis.vetting import ROW_NODES, ConstantChecker, describe, vet_row_expression
@@ -88,6 +90,7 @@ class CheckedQuery:
     output_names: tuple[str, ...]
     output_aggregate: tuple[int | None, ...]  # per output, the one aggregate it is a monotone function of
     output_noisy: tuple[bool, ...]  # per output, whether it depends on any aggregate
+    relation: Relation | None = None  # the joined tables the query reads, or None for one table
 
 
 def readable(node: exp.Expression) -> str:
@@ -102,17 +105,20 @@ def readable(node: exp.Expression) -> str:
 _SELECT_CLAUSES = {"expressions", "from_", "where", "group", "having", "order", "limit", "offset"}
 
 
-def check(parsed: ParsedQuery, policy: Policy, vocabulary: Vocabulary) -> CheckedQuery:
+def check(parsed: ParsedQuery, policy: Policy, vocabulary: Vocabulary,
+          facts: PublicFacts | None = None) -> CheckedQuery:
     tree = parsed.tree.copy()
     for node in list(tree.find_all(exp.Anonymous)):  # VAR(x), which sqlglot does not know: the sample variance
         if node.name.lower() == "var" and len(node.expressions) == 1:
             variance = exp.Variance(this=node.expressions[0])
             variance.meta.update(node.meta)  # where the analyst wrote it, for the output's name
             node.replace(variance)
-    _check_clauses(tree)
-    table = _table_of(tree, policy)
-    _refuse_subqueries(tree)
+    # A join (or a public table) becomes one relation, read like a table from here on (relation.py).
     output_names = _output_names(tree, parsed.sql)
+    tree, relation = resolve(tree, policy, facts)
+    _check_clauses(tree)
+    table = relation.schema if relation is not None else _table_of(tree, policy)
+    _refuse_subqueries(tree)
     schema = {table.name: {c.name: c.type.duckdb for c in table.columns.values()}}
     try:
         # Quoting is left as the analyst wrote it (a reserved word must be quoted to parse at all).
@@ -143,6 +149,7 @@ def check(parsed: ParsedQuery, policy: Policy, vocabulary: Vocabulary) -> Checke
         output_names=output_names,
         output_aggregate=tuple(_single_aggregate(e.this) for e in outer.expressions),
         output_noisy=tuple(bool(_aggregate_columns(e.this)) for e in outer.expressions),
+        relation=relation,
     )
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
+from dpsql.analysis.public_facts import PublicFacts
+
 
 class Engine(ABC):
     time_limit: float  # seconds a query may run before it is interrupted and fails
@@ -26,6 +28,10 @@ class Engine(ABC):
         """The rows of a bounded query on the data, every value exact. Any failure, whatever its cause, raises
         the one generic ExecutionFailed: how a query fails on the data could depend on a single row. Nothing a
         query does survives it."""
+
+    def public_facts(self) -> PublicFacts | None:
+        """Facts of the public tables, for joins with them; None: this engine holds none."""
+        return None
 
     @abstractmethod
     def close(self) -> None:

@@ -10,7 +10,6 @@ import asyncio
 import base64
 import hashlib
 import hmac
-import shutil
 import socket
 import struct
 import threading
@@ -24,7 +23,7 @@ from dpsql.frontends.server.server import DpsqlServer, ServerConfig
 from dpsql.frontends.server.users import UserStore, users_path
 from dpsql.policy import load_policy
 from dpsql.store.ledger import BudgetLedger
-from tests.conftest import SAMPLE, create_ledger
+from tests.conftest import SAMPLE, copy_visits_data, create_ledger
 
 PASSWORDS = {"alice": "correct horse", "bob": "battery staple", "carol": "tiny budget"}
 
@@ -32,7 +31,7 @@ PASSWORDS = {"alice": "correct horse", "bob": "battery staple", "carol": "tiny b
 def sample_policy(folder: Path) -> Path:
     """The sample visits policy in `folder`, with a fresh ledger, carol on a budget of 1.5, and three users."""
     folder.mkdir(parents=True, exist_ok=True)
-    shutil.copy(SAMPLE / "visits.csv", folder / "visits.csv")
+    copy_visits_data(folder)
     text = (SAMPLE / "visits.toml").read_text() + "\n[budget.analysts.carol]\nepsilon = 1.5\n"
     policy = folder / "visits.toml"
     policy.write_text(text)
