@@ -102,10 +102,10 @@ def _members(tree: exp.Select, policy: Policy) -> list[_Member]:
         if table is None:
             raise ProgrammingError(f"unknown table '{source.name}' (the policy declares: "
                                    f"{', '.join(sorted(policy.tables))})")
-        if join is not None:
-            _check_join_kind(join, table)
         members.append(_Member(table, source.alias_or_name, f"__dp_t{index}", join))
     if not members[0].table.public:
+        for member in members[1:]:
+            _check_join_kind(member.join, member.table)
         return members
     if all(m.table.public for m in members):
         raise QueryRejected("the query reads only public tables: it runs as written, without noise or cost, "
@@ -117,16 +117,22 @@ def _members(tree: exp.Select, policy: Policy) -> list[_Member]:
 def _check_join_kind(join: exp.Join, table: TablePolicy) -> None:
     side, kind = (join.args.get("side") or "").upper(), (join.args.get("kind") or "").upper()
     text = f"JOIN {table.name}"
-    if kind in ("CROSS",) or (not join.args.get("on") and not join.args.get("using")):
+    if join.args.get("method"):
+        raise QueryRejected(f"{text}: only INNER and LEFT joins are supported, with ON conditions; "
+                            f"{join.args['method']} JOIN is not")
+    cross = kind == "CROSS" or (kind in ("", "INNER") and not join.args.get("on") and not join.args.get("using"))
+    if cross:
         raise QueryRejected(f"{text}: a cross join (no ON condition) is not supported: every private row would "
                             "meet every row of the other table. Join on equal columns: JOIN t ON a.x = t.x")
     if kind not in ("", "INNER", "OUTER") or side not in ("", "LEFT"):
         raise QueryRejected(f"{text}: only INNER and LEFT joins are supported, with the private table on the kept "
                             f"side; {' '.join(w for w in (side, kind) if w)} JOIN is not")
+    if not join.args.get("on") and not join.args.get("using"):
+        raise QueryRejected(f"{text}: a join needs an ON condition of equal columns")
     if side == "LEFT" and not table.public:
         raise QueryRejected(f"{text}: a private table can only be joined INNER (a LEFT join of private tables is "
                             "not supported)")
-    for key in ("method", "global_", "match_condition", "directed"):
+    for key in ("global_", "match_condition", "directed"):
         if join.args.get(key):
             raise QueryRejected(f"{text}: {key.upper()} joins are not supported")
 

@@ -1,0 +1,84 @@
+"""Joins on the sample data: what is answered, and every rule that refuses a join, with the rule in the message."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from benchmarks.support import create_ledger, seeded
+from dpsql.errors import QueryRejected
+from dpsql.session import PrivateSession
+from tests.conftest import SAMPLE, VISITS_FILES
+
+REFUSED = [
+    ("SELECT COUNT(*) FROM visits v RIGHT JOIN regions r ON v.region = r.region", "only INNER and LEFT"),
+    ("SELECT COUNT(*) FROM visits v FULL JOIN regions r ON v.region = r.region", "only INNER and LEFT"),
+    ("SELECT COUNT(*) FROM visits v NATURAL JOIN regions r", "only INNER and LEFT"),
+    ("SELECT COUNT(*) FROM visits v CROSS JOIN regions r", "cross join"),
+    ("SELECT COUNT(*) FROM visits v, regions r", "cross join"),
+    ("SELECT COUNT(*) FROM visits v JOIN departments d ON v.age > d.floor", "non-equality"),
+    ("SELECT COUNT(*) FROM visits v JOIN departments d ON LOWER(v.department) = d.department", "expression"),
+    ("SELECT COUNT(*) FROM visits v JOIN departments d ON CAST(v.age AS TEXT) = d.department", "expression"),
+    ("SELECT COUNT(*) FROM visits v JOIN departments d ON v.age = d.department", "implicit cast"),
+    ("SELECT COUNT(*) FROM visits v JOIN departments d ON d.floor = d.beds", "each between the joined table"),
+    ("SELECT COUNT(*) FROM visits v JOIN regions r ON v.region = r.region JOIN departments d "
+     "ON v.department = d.department AND v.region = r.region", "each between the joined table"),
+    ("SELECT COUNT(*) FROM regions r JOIN visits v ON v.region = r.region", "private table first"),
+    ("SELECT COUNT(*) FROM regions r LEFT JOIN visits v ON v.region = r.region", "private table first"),
+    ("SELECT COUNT(*) FROM visits v LEFT JOIN patients p ON v.patient_id = p.patient_id", "only be joined INNER"),
+    ("SELECT COUNT(*) FROM visits v JOIN patients p ON v.sex = p.sex", "equals their unit columns"),
+    ("SELECT COUNT(*) FROM visits a JOIN visits b ON a.age = b.age", "equals their unit columns"),
+    ("SELECT p.patient_id, COUNT(*) FROM visits v JOIN patients p ON v.patient_id = p.patient_id "
+     "GROUP BY p.patient_id", "privacy unit"),
+    ("SELECT COUNT(*) FROM visits v JOIN (SELECT * FROM regions) r ON v.region = r.region", "declared tables only"),
+    ("SELECT COUNT(*) FROM visits v JOIN regions r0 ON v.region = r0.region "
+     + " ".join(f"JOIN regions r{i} ON r{i}.urban = r{i - 1}.urban" for i in range(1, 14)), "joined rows"),
+]
+
+
+@pytest.fixture
+def session(visits_policy: Path):
+    session = PrivateSession(visits_policy, "tester", rng=seeded(3), bounding_seed=5)
+    yield session
+    session.close()
+
+
+@pytest.mark.parametrize(("sql", "message"), REFUSED)
+def test_joins_outside_the_rules_are_refused_with_the_rule_and_cost_nothing(session, sql, message) -> None:
+    with pytest.raises(QueryRejected, match=message):
+        session.execute(sql)
+    assert session.spending("tester").queries == 0
+
+
+def test_private_tables_of_different_units_are_not_joined(tmp_path: Path) -> None:
+    for name in VISITS_FILES:
+        shutil.copy(SAMPLE / name, tmp_path / name)
+    policy = tmp_path / "visits.toml"
+    text = policy.read_text()
+    head, tail = text.split("[tables.patients]")
+    policy.write_text(head + "[tables.patients]" + tail.replace('unit = "patient"', 'unit = "household"', 1))
+    create_ledger(policy)
+    session = PrivateSession(policy, "tester", rng=seeded(1))
+    try:
+        with pytest.raises(QueryRejected, match="unit is 'household'"):
+            session.execute("SELECT COUNT(*) FROM visits v JOIN patients p ON v.patient_id = p.patient_id")
+    finally:
+        session.close()
+
+
+def test_joins_are_answered_with_public_domains_and_the_derived_bound(session) -> None:
+    result = session.execute("SELECT d.specialty_group, COUNT(*) AS n FROM visits v "
+                             "JOIN departments d ON v.department = d.department GROUP BY d.specialty_group "
+                             "ORDER BY d.specialty_group", epsilon=5)
+    assert [r[0] for r in result.rows] == ["emergency", "medical", "surgical"]  # public values: no selection
+    assert result.cost.delta == 0 and result.plan.max_rows == 5
+    joined = session.execute("SELECT p.insurance, AVG(v.cost) FROM visits v JOIN patients p "
+                             "ON v.patient_id = p.patient_id GROUP BY p.insurance", epsilon=5)
+    assert sorted(r[0] for r in joined.rows) == ["none", "private", "public"]
+    twice = session.prepare("SELECT COUNT(*) FROM visits v JOIN regions r ON v.region = r.region "
+                            "JOIN regions r2 ON r2.region = v.region").plan
+    assert twice.max_rows == 5  # a public table joined twice on a unique key: k = 1 each time
+    self_join = session.prepare("SELECT COUNT(*) FROM visits a JOIN visits b ON a.patient_id = b.patient_id").plan
+    assert self_join.max_rows == 25
