@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dpsql.analysis.check import check
+from dpsql.analysis.public_query import public_sql
 from dpsql.dp.noise import RandomSource, SecureRandom
 from dpsql.engines.base import Engine
 from dpsql.engines.duckdb_engine import DuckDBEngine
@@ -49,7 +50,7 @@ class PrivateResult:
     noise_std: list[tuple[float | None, ...]]  # per row and column: the noise's standard deviation, if any
     cost: Cost
     spending: Spending  # the analyst's budget after this query
-    plan: QueryPlan
+    plan: QueryPlan | None  # None for a query of public tables only (no noise, no plan)
     released_groups: int  # groups that passed partition selection, before HAVING, ORDER BY and LIMIT
 
 
@@ -110,6 +111,9 @@ class PrivateSession:
 
     def execute(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None, *,
                 epsilon: float | None = None) -> PrivateResult:
+        public = public_sql(parse(sql, parameters), self.policy)
+        if public is not None:
+            return self._public_answer(public)
         prepared = self.prepare(sql, parameters, epsilon=epsilon)
         query_plan = prepared.plan
         spending = self.ledger.charge(self.analyst, query_plan.cost, sql)
@@ -131,6 +135,14 @@ class PrivateSession:
                         zip(query.output_names, final.types, query.output_noisy, strict=True))
         return PrivateResult(columns, final.rows, final.intervals, final.stds, query_plan.cost, spending, query_plan,
                              len(cells.keys))
+
+    def _public_answer(self, sql: str) -> PrivateResult:
+        """A query of public tables only: run as written, exact, no charge and no ledger entry."""
+        names, types, rows = self.engine.run_public(sql)
+        columns = tuple(OutputColumn(name, kind, False) for name, kind in zip(names, types, strict=True))
+        nothing = [(None,) * len(columns) for _ in rows]
+        return PrivateResult(columns, rows, nothing, list(nothing), Cost(Fraction(0), Fraction(0)),
+                             self.ledger.spending(self.analyst), None, len(rows))
 
     def spending(self, analyst: str | None = None) -> Spending:
         return self.ledger.spending(analyst)

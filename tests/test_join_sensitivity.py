@@ -110,7 +110,7 @@ def test_the_bound_multiplies_the_caps_and_the_rows_per_public_key(tmp_path: Pat
              "SELECT COUNT(*) FROM t a JOIN t b ON a.pid = b.pid": 4,
              "SELECT COUNT(*) FROM t JOIN u ON t.pid = u.pid JOIN look l ON l.city = t.city": 8}
     for sql, m in cases.items():
-        query_plan, full = _measurements(policy, sql, 1)
+        query_plan, _full = _measurements(policy, sql, 1)
         assert query_plan.max_rows == m, sql
     without = _write(tmp_path / "o", [([], []), units[1]], 2)
     sql = "SELECT COUNT(*) FROM t JOIN look l ON t.city = l.city"

@@ -108,6 +108,9 @@ def _members(tree: exp.Select, policy: Policy) -> list[_Member]:
             _check_join_kind(member.join, member.table)
         return members
     if all(m.table.public for m in members):
+        if any(not (policy.table(t.name) and policy.table(t.name).public) for t in tree.find_all(exp.Table)):
+            raise QueryRejected("subqueries are not supported: a query of public tables cannot read a private "
+                                "table inside it; join the private table instead")
         raise QueryRejected("the query reads only public tables: it runs as written, without noise or cost, "
                             "and has no private plan to explain")
     raise QueryRejected("name the private table first in FROM and join the public tables to it (a public table "

@@ -33,6 +33,10 @@ class Engine(ABC):
         """Facts of the public tables, for joins with them; None: this engine holds none."""
         return None
 
+    def run_public(self, sql: str) -> tuple[list[str], list[str], list[tuple[Any, ...]]]:
+        """The column names, types and rows of a query that reads public tables only (analysis/public_query.py)."""
+        raise NotImplementedError("this engine holds no public tables")
+
     @abstractmethod
     def close(self) -> None:
         """Release the tables and everything held for them."""
