@@ -82,3 +82,43 @@ def test_joins_are_answered_with_public_domains_and_the_derived_bound(session) -
     assert twice.max_rows == 5  # a public table joined twice on a unique key: k = 1 each time
     self_join = session.prepare("SELECT COUNT(*) FROM visits a JOIN visits b ON a.patient_id = b.patient_id").plan
     assert self_join.max_rows == 25
+
+
+PER_UNIT_REFUSED = [
+    ("SELECT COUNT(*) FROM (SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id, region) p",
+     "exactly the unit column"),
+    ("SELECT COUNT(*) FROM (SELECT region, COUNT(*) AS n FROM visits GROUP BY region) p", "exactly the unit"),
+    ("SELECT COUNT(*) FROM (SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id "
+     "HAVING COUNT(*) > 2) p", "HAVING"),
+    ("SELECT COUNT(*) FROM (SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id LIMIT 10) p",
+     "LIMIT"),
+    ("SELECT COUNT(*) FROM (SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id ORDER BY n) p",
+     "ORDER BY"),
+    ("SELECT COUNT(*) FROM (SELECT patient_id, COUNT(*) FROM visits GROUP BY patient_id) p", "named COUNT"),
+    ("SELECT COUNT(*) FROM (SELECT patient_id, region AS r FROM visits GROUP BY patient_id) p", "named COUNT"),
+    ("SELECT COUNT(*) FROM (SELECT patient_id, COUNT(DISTINCT region) AS r FROM visits GROUP BY patient_id) p",
+     "DISTINCT"),
+    ("SELECT COUNT(*) FROM (SELECT COUNT(*) AS n FROM visits GROUP BY patient_id) p", "select the unit column"),
+    ("SELECT n FROM (SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id) p", "outside an aggregate"),
+    ("SELECT patient_id, COUNT(*) FROM (SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id) p "
+     "GROUP BY patient_id", "privacy unit"),
+    ("SELECT COUNT(*) FROM (SELECT patient_id, SUM(region) AS s FROM visits GROUP BY patient_id) p", "text"),
+    ("SELECT COUNT(*) FROM (SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id) p "
+     "JOIN patients q ON p.patient_id = q.patient_id", "cannot be joined"),
+    ("SELECT COUNT(*) FROM (SELECT * FROM visits) p", "per-unit aggregation only"),
+]
+
+
+@pytest.mark.parametrize(("sql", "message"), PER_UNIT_REFUSED)
+def test_per_unit_subqueries_outside_the_rules_are_refused(session, sql, message) -> None:
+    with pytest.raises(QueryRejected, match=message):
+        session.execute(sql)
+    assert session.spending("tester").queries == 0
+
+
+def test_a_per_unit_aggregation_is_answered_with_the_count_domain(session) -> None:
+    sql = ("SELECT n, COUNT(*) AS patients FROM (SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id) "
+           "AS p GROUP BY n ORDER BY n")
+    result = session.execute(sql, epsilon=5)
+    assert [r[0] for r in result.rows] == [0, 1, 2, 3, 4, 5]  # COUNT per unit: the public domain 0..m
+    assert result.cost.delta == 0 and result.plan.max_rows == 1

@@ -40,8 +40,8 @@ _INNER_CLAUSES = {"expressions", "from_", "where", "group"}
 _AGGREGATES = {exp.Count: "COUNT", exp.Sum: "SUM", exp.Avg: "AVG", exp.Min: "MIN", exp.Max: "MAX"}
 # A derived integer with at most this many values (COUNT per unit: 0..m) is a public domain of group keys.
 MAX_DERIVED_DOMAIN = 1000
-_RULE = ("subqueries in FROM are supported as per-unit aggregation only: SELECT unit, COUNT(*) AS n, SUM(x) AS s, ... FROM t "
-         "[WHERE ...] GROUP BY unit")
+_RULE = ("subqueries in FROM are supported as per-unit aggregation only: SELECT unit, COUNT(*) AS n, "
+         "SUM(x) AS s, ... FROM t [WHERE ...] GROUP BY unit")
 
 
 def resolve_per_unit(tree: exp.Select, policy: Policy, type_check: TypeCheck) -> tuple[exp.Select, Relation] | None:
@@ -62,6 +62,10 @@ def resolve_per_unit(tree: exp.Select, policy: Policy, type_check: TypeCheck) ->
                      "joins": "JOIN", "distinct": "DISTINCT"}.get(clause, clause.upper())
             raise QueryRejected(f"{_RULE}; {label} inside it is not supported")
     table = _inner_table(inner, policy)
+    for item in inner.expressions:  # before qualify(), which names every item
+        if not isinstance(item, exp.Alias | exp.Column):
+            raise QueryRejected(f"{_RULE}; {item.sql(DIALECT)} is not a named COUNT, SUM, AVG, MIN or MAX (name it: "
+                                f"{item.sql(DIALECT)} AS n)")
     inner = _qualified(inner, table)
     unit_item, unit_name = _unit_item(inner, table)
     m = table.bound.max_rows
