@@ -40,6 +40,9 @@ def test_a_query_of_public_tables_runs_as_written_and_costs_nothing(session) -> 
     ("SELECT current_setting('threads') FROM regions", QueryRejected, "vetted SQL functions"),
     ("SELECT * FROM regions, read_csv('visits.csv')", QueryRejected, "private table first|table functions"),
     ("SELECT * FROM main.regions", QueryRejected, "schema"),
+    # a CTE named like a loaded table, in an inner scope: the outer reference would be the private table
+    ("SELECT * FROM (WITH __dp_visits AS (SELECT * FROM regions) SELECT * FROM __dp_visits) a, __dp_visits b",
+     QueryRejected, "reserved"),
 ])
 def test_public_queries_reach_no_private_row(session, sql, error, message) -> None:
     with pytest.raises(error, match=message):

@@ -14,7 +14,7 @@ from sqlglot import exp
 from dpsql.analysis.vetting import ROW_NODES, describe
 from dpsql.errors import QueryRejected
 from dpsql.policy import Policy
-from dpsql.sql.names import prepared_table
+from dpsql.sql.names import RESERVED_PREFIX, is_reserved, prepared_table
 from dpsql.sql.parse import DIALECT, ParsedQuery
 
 _QUERY_NODES = frozenset((
@@ -32,6 +32,11 @@ def public_sql(parsed: ParsedQuery, policy: Policy) -> str | None:
     if not isinstance(tree, exp.Query):
         return None
     ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+    # A CTE's name is skipped below only because it is the query's own; but a CTE is visible in its scope only, so
+    # one named like a loaded table (__dp_visits) in an inner scope would let an outer reference of that name
+    # through to the private table. dpsql's own names are never a CTE's.
+    if any(is_reserved(name) for name in ctes):
+        raise QueryRejected(f"names starting with '{RESERVED_PREFIX}' are reserved for dpsql's own")
     tables = list(tree.find_all(exp.Table))
     if not tables:
         return None
