@@ -120,5 +120,5 @@ def test_a_per_unit_aggregation_is_answered_with_the_count_domain(session) -> No
     sql = ("SELECT n, COUNT(*) AS patients FROM (SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id) "
            "AS p GROUP BY n ORDER BY n")
     result = session.execute(sql, epsilon=5)
-    assert [r[0] for r in result.rows] == [0, 1, 2, 3, 4, 5]  # COUNT per unit: the public domain 0..m
+    assert [r[0] for r in result.rows] == [1, 2, 3, 4, 5]  # COUNT(*) per unit: the public domain 1..m
     assert result.cost.delta == 0 and result.plan.max_rows == 1

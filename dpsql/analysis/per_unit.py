@@ -5,7 +5,8 @@ per unit. Why one unit moves the outer measurements by at most their sensitivity
 - the inner rows are the unit's own rows capped at rank <= m (the prepared rank, chosen by the unit's own rows),
   then filtered by the inner WHERE (row-local): so the unit's derived row is a function of its own rows only, and
   removing the unit removes exactly that one derived row and changes no other;
-- each derived value lies in a bound that holds whatever the rows: COUNT in [0, m]; SUM of values clamped to
+- each derived value lies in a bound that holds whatever the rows: COUNT in [0, m] (COUNT(*) in [1, m]: a unit
+  is in the subquery only with a row); SUM of values clamped to
   [lo, hi] in [m*min(lo, 0), m*max(hi, 0)]; AVG, MIN, MAX in [lo, hi]. The outer rewrite clamps every bounded
   column again inside its aggregates, so the sensitivity the plan computes from these bounds (with m = 1) holds;
 - the derived rows are never released: check() refuses an outer query without aggregates and refuses grouping by
@@ -154,7 +155,8 @@ def _derived(item: exp.Expression, table: TablePolicy, m: int, type_check: TypeC
     argument = call.this
     place = f"{kind} in the per-unit subquery"
     if kind == "COUNT" and (argument is None or isinstance(argument, exp.Star)):
-        return _count_column(name, m, nullable=False), exp.Count(this=exp.Star())
+        # A unit is in the subquery only with at least one row: COUNT(*) is 1..m (COUNT(x) may be 0).
+        return _count_column(name, m, nullable=False, lowest=1), exp.Count(this=exp.Star())
     if isinstance(argument, exp.Distinct):
         raise QueryRejected(f"{place}: DISTINCT is not supported")
     vet_row_expression(argument, place)
@@ -184,9 +186,9 @@ def _derived(item: exp.Expression, table: TablePolicy, m: int, type_check: TypeC
             exp.cast(aggregate, exp.DataType.Type.BIGINT if integer else exp.DataType.Type.DOUBLE))
 
 
-def _count_column(name: str, m: int, nullable: bool) -> ColumnPolicy:
-    values = tuple(range(m + 1)) if m < MAX_DERIVED_DOMAIN else None
-    return ColumnPolicy(name, ColumnType.INT, 0, m, values, nullable)
+def _count_column(name: str, m: int, nullable: bool, lowest: int = 0) -> ColumnPolicy:
+    values = tuple(range(lowest, m + 1)) if m < MAX_DERIVED_DOMAIN else None
+    return ColumnPolicy(name, ColumnType.INT, lowest, m, values, nullable)
 
 
 def _total(node: exp.Expression, table: TablePolicy, clamped: bool = False) -> exp.Expression:
