@@ -40,6 +40,11 @@ QUERIES = [
     "SELECT top, COUNT(*), SUM(n) FROM (SELECT pid, MAX(k) AS top, COUNT(x) AS n FROM t GROUP BY pid) p "
     "WHERE n > 0 GROUP BY top",
     "SELECT COUNT(*), SUM(lo) FROM (SELECT pid, MIN(x) AS lo FROM t GROUP BY pid) p WHERE lo < 3",
+    # a per-unit subquery joined to a private table of its unit (m = 1 * 2) and to a public one
+    "SELECT COUNT(*), SUM(p.n), SUM(u.y) FROM (SELECT pid, COUNT(*) AS n FROM t GROUP BY pid) p "
+    "JOIN u ON u.pid = p.pid",
+    "SELECT l.region, COUNT(*), SUM(p.top) FROM (SELECT pid, MAX(k) AS top FROM t GROUP BY pid) p "
+    "JOIN t ON t.pid = p.pid JOIN look l ON l.city = t.city GROUP BY l.region",
 ]
 
 LOOKUP = [("x", 1, "n"), ("x", 3, "s"), ("y", 2, "n"), ("w", 5, "s")]  # city x: two rows, so k = 2

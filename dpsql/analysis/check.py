@@ -21,7 +21,7 @@ from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.qualify import qualify
 
 from dpsql.analysis.bounds import Unbounded, interval_of
-from dpsql.analysis.per_unit import resolve_per_unit
+from dpsql.analysis.per_unit import per_unit_relation, resolve_per_unit
 from dpsql.analysis.public_facts import PublicFacts
 from dpsql.analysis.relation import Relation, resolve
 from dpsql.analysis.text_parameters import type_text_parameters
@@ -117,7 +117,8 @@ def check(parsed: ParsedQuery, policy: Policy, vocabulary: Vocabulary,
     # A join (or a public table) becomes one relation, read like a table from here on (relation.py).
     output_names = _output_names(tree, parsed.sql)
     per_unit = resolve_per_unit(tree, policy, _type_check)  # FROM (SELECT unit, aggregates ... GROUP BY unit)
-    tree, relation = per_unit if per_unit is not None else resolve(tree, policy, facts)
+    tree, relation = per_unit if per_unit is not None else resolve(
+        tree, policy, facts, lambda subquery: per_unit_relation(subquery, policy, _type_check))
     _check_clauses(tree)
     table = relation.schema if relation is not None else _table_of(tree, policy)
     _refuse_subqueries(tree)

@@ -14,6 +14,7 @@ per unit. Why one unit moves the outer measurements by at most their sensitivity
 Refused: an inner GROUP BY other than exactly the unit (several rows per unit), anything but the unit and named
 aggregates in the inner SELECT, and inner HAVING, ORDER BY, LIMIT, DISTINCT, joins (LIMIT would choose units by
 their data; put a HAVING condition in the outer WHERE, on the derived column: it is a row filter there).
+Joined to other tables (relation.py), the subquery is a private table with one row per unit (m = 1).
 """
 
 from __future__ import annotations
@@ -46,13 +47,21 @@ _RULE = ("subqueries in FROM are supported as per-unit aggregation only: SELECT 
 
 
 def resolve_per_unit(tree: exp.Select, policy: Policy, type_check: TypeCheck) -> tuple[exp.Select, Relation] | None:
-    """The outer query over the per-unit relation, if its FROM is a subquery; None otherwise."""
+    """The outer query over the per-unit relation, if its FROM is a subquery and nothing else; None otherwise (a
+    subquery joined to tables is a member of a join: relation.py asks `per_unit_relation` for it)."""
     from_ = tree.args.get("from_")
-    if from_ is None or not isinstance(from_.this, exp.Subquery):
+    if from_ is None or not isinstance(from_.this, exp.Subquery) or tree.args.get("joins"):
         return None
-    if tree.args.get("joins"):
-        raise QueryRejected("a per-unit subquery cannot be joined yet: aggregate it on its own")
     subquery = from_.this
+    relation = per_unit_relation(subquery, policy, type_check)
+    outer = tree.copy()
+    outer.set("from_", exp.From(this=exp.alias_(exp.to_table(JOINED), subquery.alias_or_name or JOINED,
+                                                table=True)))
+    return outer, relation
+
+
+def per_unit_relation(subquery: exp.Subquery, policy: Policy, type_check: TypeCheck) -> Relation:
+    """The relation of a per-unit subquery: one row per unit, its derived columns bounded by the cap."""
     inner = subquery.this
     if not isinstance(inner, exp.Select):
         raise QueryRejected(f"{_RULE}; a set operation (UNION ...) is not supported")
@@ -96,13 +105,10 @@ def resolve_per_unit(tree: exp.Select, policy: Policy, type_check: TypeCheck) ->
     sql = exp.select("*", *quantized).from_(per_unit.subquery("__dp_per_unit"))
     schema = TablePolicy(JOINED, table.source, columns, ContributionBound(1), unit_name, unit=table.unit)
     steps = (f"per-unit subquery over '{table.name}': each unit's rows capped at {m} (rank <= {m}) before its "
-             f"aggregates, so COUNT per unit is in [0, {m}], SUM in [{m} * min(lo, 0), {m} * max(hi, 0)], AVG, MIN "
-             "and MAX in [lo, hi]",
+             f"aggregates, so COUNT(*) per unit is in [1, {m}], COUNT(x) in [0, {m}], SUM in "
+             f"[{m} * min(lo, 0), {m} * max(hi, 0)], AVG, MIN and MAX in [lo, hi]",
              "the subquery has one row per unit: m = 1 for the outer query")
-    outer = tree.copy()
-    outer.set("from_", exp.From(this=exp.alias_(exp.to_table(JOINED), subquery.alias_or_name or JOINED,
-                                                table=True)))
-    return outer, Relation(schema, sql, steps)
+    return Relation(schema, sql, steps)
 
 
 def _inner_table(inner: exp.Select, policy: Policy) -> TablePolicy:

@@ -24,6 +24,7 @@ The rules, and why each keeps one unit's joined rows at most m:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -56,15 +57,50 @@ class _Member:
     alias: str
     name: str  # the prepared table's alias in the relation's SQL
     join: exp.Join | None  # None for the first table
+    derived: Relation | None = None  # a per-unit subquery: its rows, one per unit, instead of a prepared table
 
 
-def resolve(tree: exp.Select, policy: Policy, facts: PublicFacts | None) -> tuple[exp.Select, Relation | None]:
-    """The query over its relation, if its FROM joins tables or reads a public one; else (tree, None), untouched."""
+# The placeholder table name of the i-th subquery in FROM while the join is resolved.
+def _placeholder(index: int) -> str:
+    return f"__dp_sub{index}"
+
+
+def _derived_tables(tree: exp.Select, subquery: SubqueryRelation | None) -> tuple[exp.Select, dict[str, Relation]]:
+    """The query with each subquery in FROM replaced by a placeholder table, and the placeholders' relations."""
+    sources = [tree.args["from_"].this] + [join.this for join in tree.args.get("joins") or []]
+    if not any(isinstance(source, exp.Subquery) for source in sources):
+        return tree, {}
+    for source in sources:
+        if isinstance(source, exp.Table) and names.is_reserved(source.name):
+            raise ProgrammingError(f"unknown table '{source.name}'")
+    if subquery is None:
+        raise QueryRejected("a subquery cannot be joined here")
+    tree = tree.copy()
+    sources = [tree.args["from_"].this] + [join.this for join in tree.args.get("joins") or []]
+    derived = {}
+    for index, source in enumerate(sources):
+        if isinstance(source, exp.Subquery):
+            derived[_placeholder(index)] = subquery(source)
+            source.replace(exp.alias_(exp.to_table(_placeholder(index)), source.alias_or_name or _placeholder(index),
+                                      table=True))
+    return tree, derived
+
+
+SubqueryRelation = Callable[[exp.Subquery], Relation]  # per_unit.per_unit_relation, bound to the policy
+
+
+def resolve(tree: exp.Select, policy: Policy, facts: PublicFacts | None,
+            subquery: SubqueryRelation | None = None) -> tuple[exp.Select, Relation | None]:
+    """The query over its relation, if its FROM joins tables or reads a public one; else (tree, None), untouched.
+
+    A subquery joined to tables (`subquery` builds its relation: a per-unit aggregation) is a private member with
+    one row per unit: its SQL stands for a prepared table, and it needs no cap."""
     from_ = tree.args.get("from_")
     if from_ is None or not _needs_relation(tree, policy):
         return tree, None
-    tree = _qualified(tree, _members(tree, policy))
-    members = _members(tree, policy)  # again: qualify() normalised the aliases and turned USING into ON
+    tree, derived = _derived_tables(tree, subquery)
+    tree = _qualified(tree, _members(tree, policy, derived))
+    members = _members(tree, policy, derived)  # again: qualify() normalised the aliases and turned USING into ON
     bound, steps = _bound(members, facts)
     mapping = _column_names(members)
     columns = _columns(members, mapping, facts)
@@ -85,7 +121,7 @@ def _needs_relation(tree: exp.Select, policy: Policy) -> bool:
     return table is not None and table.public
 
 
-def _members(tree: exp.Select, policy: Policy) -> list[_Member]:
+def _members(tree: exp.Select, policy: Policy, derived: dict[str, Relation]) -> list[_Member]:
     sources = [(tree.args["from_"].this, None)] + [(join.this, join) for join in tree.args.get("joins") or []]
     members = []
     for index, (source, join) in enumerate(sources):
@@ -98,11 +134,12 @@ def _members(tree: exp.Select, policy: Policy) -> list[_Member]:
         if alias is not None and alias.args.get("columns"):
             raise QueryRejected(f"{source.sql(DIALECT)}: renaming columns in a table alias (AS t(x, ...)) is not "
                                 "supported in a join")
-        table = policy.table(source.name)
+        relation = derived.get(source.name)
+        table = dataclasses.replace(relation.schema, name=source.name) if relation else policy.table(source.name)
         if table is None:
             raise ProgrammingError(f"unknown table '{source.name}' (the policy declares: "
                                    f"{', '.join(sorted(policy.tables))})")
-        members.append(_Member(table, source.alias_or_name, f"__dp_t{index}", join))
+        members.append(_Member(table, source.alias_or_name, f"__dp_t{index}", join, relation))
     if not members[0].table.public:
         for member in members[1:]:
             _check_join_kind(member.join, member.table)
@@ -184,8 +221,7 @@ def _bound(members: list[_Member], facts: PublicFacts | None) -> tuple[int, list
     first = members[0]
     m = first.table.bound.max_rows
     unit = "each row is its own unit" if first.table.row_privacy else f"unit '{first.table.unit}'"
-    steps = [f"{first.alias}: private table '{first.table.name}' ({unit}), capped at {m} row(s) per unit "
-             f"(rank <= {m}): m = {m}"]
+    steps = [*_derived_steps(first), f"{first.alias}: {_described(first)} ({unit}), {_capped(first)}: m = {m}"]
     earlier = {first.alias: first}
     for member in members[1:]:
         pairs = _equalities(member, earlier)
@@ -202,15 +238,28 @@ def _bound(members: list[_Member], facts: PublicFacts | None) -> tuple[int, list
             _check_private_join(member, pairs, earlier)
             m_i = member.table.bound.max_rows
             m *= m_i
-            steps.append(f"{member.alias}: private table '{member.table.name}' joined on its unit column, capped at "
-                         f"{m_i} row(s) per unit (rank <= {m_i}): each row meets at most {m_i} rows of its own "
-                         f"unit: m = {m}")
+            steps += _derived_steps(member)
+            steps.append(f"{member.alias}: {_described(member)} joined on its unit column, {_capped(member)}: "
+                         f"each row meets at most {m_i} row(s) of its own unit: m = {m}")
         if m > MAX_JOINED_ROWS:
             raise QueryRejected(f"JOIN {member.table.name}: one unit could have {m} joined rows (more than "
                                 f"{MAX_JOINED_ROWS}): join on a key with fewer rows per value")
         earlier[member.alias] = member
     steps.append(f"at most {m} joined row(s) per unit; the joined row's unit is {first.alias}'s")
     return m, steps
+
+
+def _derived_steps(member: _Member) -> list[str]:
+    return [f"{member.alias}: {step}" for step in member.derived.steps] if member.derived else []
+
+
+def _capped(member: _Member) -> str:
+    m = member.table.bound.max_rows
+    return "one row per unit" if member.derived else f"capped at {m} row(s) per unit (rank <= {m})"
+
+
+def _described(member: _Member) -> str:
+    return "the per-unit subquery" if member.derived else f"private table '{member.table.name}'"
 
 
 def _check_private_join(member: _Member, pairs: list[tuple[exp.Column, exp.Column]],
@@ -317,15 +366,22 @@ def _relation_sql(members: list[_Member], mapping: dict[tuple[str, str], str], c
                 projection.append(exp.alias_(quantized, names.quantized_column(mapped)))
     first = members[0]
     projection.append(exp.alias_(exp.column(names.UNIT, first.name), names.UNIT))
-    sql = exp.select(*projection).from_(exp.to_table(names.prepared_table(first.table.name)).as_(first.name))
+    sql = exp.select(*projection).from_(_source(first))
     for member, join in zip(members[1:], tree.args.get("joins") or [], strict=True):
         on = join.args["on"].copy().transform(
             lambda n: _physical(renamed[n.table], n.name) if isinstance(n, exp.Column) else n, copy=False)
-        sql = sql.join(exp.to_table(names.prepared_table(member.table.name)).as_(member.name), on=on,
+        sql = sql.join(_source(member), on=on,
                        join_type="LEFT" if (join.args.get("side") or "").upper() == "LEFT" else "INNER")
+    # A per-unit subquery has one row per unit already (capped inside it): it has no rank to cap by.
     caps = [exp.column(names.RANK, m.name) <= m.table.bound.max_rows for m in members
-            if not m.table.public and not m.table.row_privacy]
+            if not m.table.public and not m.table.row_privacy and m.derived is None]
     return sql.where(exp.and_(*caps)) if caps else sql
+
+
+def _source(member: _Member) -> exp.Expression:
+    if member.derived is not None:
+        return member.derived.sql.subquery(member.name)
+    return exp.to_table(names.prepared_table(member.table.name)).as_(member.name)
 
 
 def _physical(alias: str, column: str) -> exp.Column:
