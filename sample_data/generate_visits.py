@@ -110,10 +110,13 @@ def main() -> None:
     parser.add_argument("--max-visits", type=int, default=8)
     parser.add_argument("--seed", type=int, default=20261121)
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("visits.csv"))
+    parser.add_argument("--visits-only", action="store_true", help="write visits only, not the other tables")
     args = parser.parse_args()
     visits = generate(args.patients, args.max_visits, args.seed)
     rows = write(visits, args.out)
     print(f"wrote {rows} rows for {args.patients} patients to {args.out}")
+    if args.visits_only:
+        return
     folder = args.out.parent
     write_table(generate_patients(visits, args.seed), ["patient_id", "birth_year", "sex", "insurance",
                                                        "chronic_conditions"], folder / "patients.csv")
