@@ -88,7 +88,9 @@ PER_UNIT_REFUSED = [
      "exactly the unit column"),
     ("SELECT COUNT(*) FROM (SELECT region, COUNT(*) AS n FROM visits GROUP BY region) p", "exactly the unit"),
     ("SELECT COUNT(*) FROM (SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id "
-     "HAVING COUNT(*) > 2) p", "HAVING"),
+     "HAVING region = 'north') p", "aggregates only"),
+    ("SELECT COUNT(*) FROM (SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id "
+     "HAVING MEDIAN(age) > 3) p", "not COUNT"),
     ("SELECT COUNT(*) FROM (SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id LIMIT 10) p",
      "LIMIT"),
     ("SELECT COUNT(*) FROM (SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id ORDER BY n) p",
@@ -135,3 +137,10 @@ def test_a_per_unit_subquery_joins_the_tables_of_its_unit(session) -> None:
     prepared = session.prepare(sql)
     assert prepared.plan.max_rows == 1  # one row per patient on both sides
     assert sorted(r[0] for r in session.execute(sql, epsilon=5).rows) == ["none", "private", "public"]
+
+
+def test_having_in_a_per_unit_subquery_filters_units_by_their_own_aggregates(session) -> None:
+    having = ("SELECT COUNT(*) FROM (SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id "
+              "HAVING COUNT(*) >= 3 AND AVG(cost) > 0) p")
+    outer = "SELECT COUNT(*) FROM (SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id) p WHERE n >= 3"
+    assert abs(session.execute(having, epsilon=20).rows[0][0] - session.execute(outer, epsilon=20).rows[0][0]) < 40

@@ -40,6 +40,7 @@ QUERIES = [
     "SELECT top, COUNT(*), SUM(n) FROM (SELECT pid, MAX(k) AS top, COUNT(x) AS n FROM t GROUP BY pid) p "
     "WHERE n > 0 GROUP BY top",
     "SELECT COUNT(*), SUM(lo) FROM (SELECT pid, MIN(x) AS lo FROM t GROUP BY pid) p WHERE lo < 3",
+    "SELECT SUM(n) FROM (SELECT pid, COUNT(*) AS n FROM t GROUP BY pid HAVING SUM(x) > 2 OR MAX(k) = 9) p",
     # a per-unit subquery joined to a private table of its unit (m = 1 * 2) and to a public one
     "SELECT COUNT(*), SUM(p.n), SUM(u.y) FROM (SELECT pid, COUNT(*) AS n FROM t GROUP BY pid) p "
     "JOIN u ON u.pid = p.pid",

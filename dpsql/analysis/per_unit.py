@@ -11,9 +11,9 @@ per unit. Why one unit moves the outer measurements by at most their sensitivity
   column again inside its aggregates, so the sensitivity the plan computes from these bounds (with m = 1) holds;
 - the derived rows are never released: check() refuses an outer query without aggregates and refuses grouping by
   the unit, as for any table.
+An inner HAVING keeps or drops a unit's derived row by that unit's own aggregates: a row filter for the outer query.
 Refused: an inner GROUP BY other than exactly the unit (several rows per unit), anything but the unit and named
-aggregates in the inner SELECT, and inner HAVING, ORDER BY, LIMIT, DISTINCT, joins (LIMIT would choose units by
-their data; put a HAVING condition in the outer WHERE, on the derived column: it is a row filter there).
+aggregates in the inner SELECT, and inner ORDER BY, LIMIT, DISTINCT, joins (LIMIT would choose units by their data).
 Joined to other tables (relation.py), the subquery is a private table with one row per unit (m = 1).
 """
 
@@ -38,7 +38,9 @@ from dpsql.sql.parse import DIALECT
 
 TypeCheck = Callable[..., None]  # check._type_check: (node, table, context, boolean=, numeric=)
 
-_INNER_CLAUSES = {"expressions", "from_", "where", "group"}
+_INNER_CLAUSES = {"expressions", "from_", "where", "group", "having"}
+# The hidden per-unit columns a HAVING condition reads (not in the relation's schema: the outer query cannot).
+_HAVING_COLUMN = "__dp_having"
 _AGGREGATES = {exp.Count: "COUNT", exp.Sum: "SUM", exp.Avg: "AVG", exp.Min: "MIN", exp.Max: "MAX"}
 # A derived integer with at most this many values (COUNT per unit: 0..m) is a public domain of group keys.
 MAX_DERIVED_DOMAIN = 1000
@@ -67,8 +69,7 @@ def per_unit_relation(subquery: exp.Subquery, policy: Policy, type_check: TypeCh
         raise QueryRejected(f"{_RULE}; a set operation (UNION ...) is not supported")
     for clause, value in inner.args.items():
         if value and clause not in _INNER_CLAUSES:
-            label = {"having": "HAVING (write the condition in the outer WHERE, on the derived column)",
-                     "limit": "LIMIT (it would choose units by their data)", "order": "ORDER BY",
+            label = {"limit": "LIMIT (it would choose units by their data)", "order": "ORDER BY",
                      "joins": "JOIN", "distinct": "DISTINCT"}.get(clause, clause.upper())
             raise QueryRejected(f"{_RULE}; {label} inside it is not supported")
     table = _inner_table(inner, policy)
@@ -97,12 +98,16 @@ def per_unit_relation(subquery: exp.Subquery, policy: Policy, type_check: TypeCh
         vet_row_expression(where.this, "WHERE (in the per-unit subquery)")
         type_check(where.this, table, "WHERE (in the per-unit subquery)", boolean=True)
         filters.append(_total(where.this, table))
+    having = inner.args.get("having")  # a filter on the unit's own aggregates: keeps or drops its derived row
+    keep = _having(having.this, table, m, type_check, columns, projection) if having is not None else None
     per_unit = exp.select(*projection).from_(exp.to_table(names.prepared_table(table.name)).as_(alias)) \
         .where(exp.and_(*filters)).group_by(exp.column(names.UNIT, alias), unit_item.copy())
     quantized = [exp.alias_(exp.cast(fixed_point(c.interval).centered(exp.column(exp.to_identifier(
         c.name, quoted=True))), exp.DataType.Type.INT), names.quantized_column(c.name))
         for c in columns.values() if c.bounded]
     sql = exp.select("*", *quantized).from_(per_unit.subquery("__dp_per_unit"))
+    if keep is not None:
+        sql = sql.where(keep)
     schema = TablePolicy(JOINED, table.source, columns, ContributionBound(1), unit_name, unit=table.unit)
     steps = (f"per-unit subquery over '{table.name}': each unit's rows capped at {m} (rank <= {m}) before its "
              f"aggregates, so COUNT(*) per unit is in [1, {m}], COUNT(x) in [0, {m}], SUM in "
@@ -148,16 +153,49 @@ def _unit_item(inner: exp.Select, table: TablePolicy) -> tuple[exp.Column, str]:
     return units[0].unalias(), units[0].alias_or_name
 
 
+def _having(condition: exp.Expression, table: TablePolicy, m: int, type_check: TypeCheck,
+            columns: dict[str, ColumnPolicy], projection: list[exp.Expression]) -> exp.Expression:
+    """The inner HAVING as a filter on the per-unit rows: each aggregate in it becomes a hidden per-unit column
+    (appended to `projection`), checked like the named ones; the condition may read nothing else."""
+    place = "HAVING (in the per-unit subquery)"
+    hidden: dict[str, ColumnPolicy] = {}
+
+    def swap(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.AggFunc):
+            name = f"{_HAVING_COLUMN}{len(hidden)}"
+            column, value = _aggregate_column(node, name, table, m, type_check)
+            hidden[name] = column
+            projection.append(exp.alias_(value, name, quoted=True))
+            return exp.column(name)
+        return node
+
+    rewritten = condition.copy().transform(swap, copy=False)
+    for column in rewritten.find_all(exp.Column):
+        if column.name not in hidden:
+            raise QueryRejected(f"{place}: it may read aggregates only, not the column '{column.name}'")
+    vet_row_expression(rewritten, place)
+    scope = TablePolicy(JOINED, table.source, {**columns, **hidden}, ContributionBound(1), None)
+    type_check(rewritten, scope, place, boolean=True)
+    return _total(rewritten, scope)
+
+
 def _derived(item: exp.Expression, table: TablePolicy, m: int, type_check: TypeCheck) -> tuple[ColumnPolicy,
                                                                                                exp.Expression]:
-    """One per-unit aggregate: its column (type, bounds, public values) and its SQL over the capped rows."""
+    """One named per-unit aggregate: its column (type, bounds, public values) and its SQL over the capped rows."""
     call = item.unalias()
-    kind = _AGGREGATES.get(type(call))
-    if kind is None or not isinstance(item, exp.Alias):
+    if type(call) not in _AGGREGATES or not isinstance(item, exp.Alias):
         raise QueryRejected(f"{_RULE}; {item.sql(DIALECT)} is not a named COUNT, SUM, AVG, MIN or MAX")
     name = item.alias
     if not name.isidentifier() or name.startswith(names.RESERVED_PREFIX):
         raise QueryRejected(f"{_RULE}; '{name}' is not a plain name")
+    return _aggregate_column(call, name, table, m, type_check)
+
+
+def _aggregate_column(call: exp.Expression, name: str, table: TablePolicy, m: int,
+                      type_check: TypeCheck) -> tuple[ColumnPolicy, exp.Expression]:
+    kind = _AGGREGATES.get(type(call))
+    if kind is None:
+        raise QueryRejected(f"{_RULE}; {call.sql(DIALECT)} is not COUNT, SUM, AVG, MIN or MAX")
     argument = call.this
     place = f"{kind} in the per-unit subquery"
     if kind == "COUNT" and (argument is None or isinstance(argument, exp.Star)):
