@@ -144,3 +144,21 @@ def test_having_in_a_per_unit_subquery_filters_units_by_their_own_aggregates(ses
               "HAVING COUNT(*) >= 3 AND AVG(cost) > 0) p")
     outer = "SELECT COUNT(*) FROM (SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id) p WHERE n >= 3"
     assert abs(session.execute(having, epsilon=20).rows[0][0] - session.execute(outer, epsilon=20).rows[0][0]) < 40
+
+
+def test_unit_columns_of_different_types_are_not_joined(tmp_path: Path) -> None:
+    """An implicit cast between unit columns (text '01' and '1' both equal the integer 1) would let one unit's rows
+    meet several units' rows: the two sides of every join equality must have the same declared type."""
+    for name in VISITS_FILES:
+        shutil.copy(SAMPLE / name, tmp_path / name)
+    policy = tmp_path / "visits.toml"
+    head, tail = policy.read_text().split("[tables.patients.columns]")
+    policy.write_text(head + "[tables.patients.columns]" + tail.replace('patient_id = { type = "int" }',
+                                                                          'patient_id = { type = "text" }', 1))
+    create_ledger(policy)
+    session = PrivateSession(policy, "tester", rng=seeded(1))
+    try:
+        with pytest.raises(QueryRejected, match="implicit cast"):
+            session.execute("SELECT COUNT(*) FROM visits v JOIN patients p ON v.patient_id = p.patient_id")
+    finally:
+        session.close()
