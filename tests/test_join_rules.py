@@ -9,6 +9,7 @@ import pytest
 
 from benchmarks.support import create_ledger, seeded
 from dpsql.errors import ProgrammingError, QueryRejected
+from dpsql.frontends.explain import explain
 from dpsql.session import PrivateSession
 from tests.conftest import SAMPLE, VISITS_FILES
 
@@ -162,3 +163,15 @@ def test_unit_columns_of_different_types_are_not_joined(tmp_path: Path) -> None:
             session.execute("SELECT COUNT(*) FROM visits v JOIN patients p ON v.patient_id = p.patient_id")
     finally:
         session.close()
+
+
+def test_explain_derives_the_bound_step_by_step(session) -> None:
+    text = explain(session.prepare("SELECT COUNT(*) FROM visits a JOIN visits b ON a.patient_id = b.patient_id "
+                                   "JOIN regions r ON r.region = a.region").plan)
+    assert "Contribution bound: at most 25 row(s) per unit" in text
+    assert "1. a: private table 'visits' (unit 'patient'), capped at 5 row(s) per unit (rank <= 5): m = 5" in text
+    assert "2. b: private table 'visits' joined on its unit column, capped at 5 row(s) per unit" in text
+    assert "3. r: public table 'regions' joined on (region): unique key, so each row meets at most 1: m = 25" in text
+    per_unit = explain(session.prepare("SELECT COUNT(*) FROM (SELECT patient_id, SUM(cost) AS s FROM visits "
+                                       "GROUP BY patient_id) AS p WHERE s > 10").plan)
+    assert "SUM in [5 * min(lo, 0), 5 * max(hi, 0)]" in per_unit and "m = 1 for the outer query" in per_unit
