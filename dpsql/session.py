@@ -81,6 +81,7 @@ class PrivateSession:
             self.policy, bounding_seed=bounding_seed, threads=threads)
         self.post = PostProcessor()
         self._prepared: dict[tuple, PreparedQuery] = {}
+        self._public: dict[tuple, str | None] = {}
 
     def prepare(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None, *,
                 epsilon: float | None = None) -> PreparedQuery:
@@ -111,7 +112,7 @@ class PrivateSession:
 
     def execute(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None, *,
                 epsilon: float | None = None) -> PrivateResult:
-        public = public_sql(parse(sql, parameters), self.policy)
+        public = self._public_sql(sql, parameters)
         if public is not None:
             return self._public_answer(public)
         prepared = self.prepare(sql, parameters, epsilon=epsilon)
@@ -135,6 +136,16 @@ class PrivateSession:
                         zip(query.output_names, final.types, query.output_noisy, strict=True))
         return PrivateResult(columns, final.rows, final.intervals, final.stds, query_plan.cost, spending, query_plan,
                              len(cells.keys))
+
+    def _public_sql(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None) -> str | None:
+        """The SQL to run if the query reads public tables only (None otherwise), decided once per text: asking
+        again skips the parse, as prepare() does."""
+        key = (sql, repr(parameters))
+        if key not in self._public:
+            if len(self._public) >= _PREPARED_CACHE:
+                self._public.pop(next(iter(self._public)))
+            self._public[key] = public_sql(parse(sql, parameters), self.policy)
+        return self._public[key]
 
     def _public_answer(self, sql: str) -> PrivateResult:
         """A query of public tables only: run as written, exact, no charge and no ledger entry."""
