@@ -33,6 +33,7 @@ QUERIES = [
     "SELECT COUNT(DISTINCT t.pid), COUNT(*) FROM t JOIN look l ON l.city = t.city",
     "SELECT t.grp, COUNT(*), SUM(u.y) FROM t JOIN u ON t.pid = u.pid GROUP BY t.grp",
     "SELECT COUNT(*), SUM(a.k) FROM t a JOIN t b ON a.pid = b.pid",
+    "SELECT l.region, COUNT(*) FROM look l JOIN t ON t.city = l.city JOIN u ON u.pid = t.pid GROUP BY l.region",
     "SELECT l.region, SUM(u.y) FROM t JOIN u ON u.pid = t.pid JOIN look l ON l.city = t.city GROUP BY l.region",
     # per-unit aggregation: one derived row per unit, bounded by the cap
     "SELECT n, COUNT(*) FROM (SELECT pid, COUNT(*) AS n FROM t GROUP BY pid) AS p GROUP BY n",

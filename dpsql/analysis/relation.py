@@ -100,7 +100,9 @@ def resolve(tree: exp.Select, policy: Policy, facts: PublicFacts | None,
         return tree, None
     tree, derived = _derived_tables(tree, subquery)
     tree = _qualified(tree, _members(tree, policy, derived))
-    members = _members(tree, policy, derived)  # again: qualify() normalised the aliases and turned USING into ON
+    tree = _private_first(tree, policy, derived)
+    # Again: qualify() normalised the aliases and turned USING into ON.
+    members = _checked_order(_members(tree, policy, derived), tree, policy)
     bound, steps = _bound(members, facts)
     mapping = _column_names(members)
     columns = _columns(members, mapping, facts)
@@ -140,6 +142,10 @@ def _members(tree: exp.Select, policy: Policy, derived: dict[str, Relation]) -> 
             raise ProgrammingError(f"unknown table '{source.name}' (the policy declares: "
                                    f"{', '.join(sorted(policy.tables))})")
         members.append(_Member(table, source.alias_or_name, f"__dp_t{index}", join, relation))
+    return members
+
+
+def _checked_order(members: list[_Member], tree: exp.Select, policy: Policy) -> list[_Member]:
     if not members[0].table.public:
         for member in members[1:]:
             _check_join_kind(member.join, member.table)
@@ -152,6 +158,55 @@ def _members(tree: exp.Select, policy: Policy, derived: dict[str, Relation]) -> 
                             "and has no private plan to explain")
     raise QueryRejected("name the private table first in FROM and join the public tables to it (a public table "
                         "first would make the bound depend on which side the rows are counted from)")
+
+
+def _private_first(tree: exp.Select, policy: Policy, derived: dict[str, Relation]) -> exp.Select:
+    """An INNER join written with a public table first (`FROM departments d JOIN visits v ON ...`), reordered so
+    that a private table comes first, each equality placed at the later of its two tables. Inner joins commute, so
+    the rows are the same; the bound is then derived from the private table, as the rules need. Anything else is
+    returned as it is, for the rules to judge."""
+    joins = tree.args.get("joins") or []
+    sources = [tree.args["from_"].this] + [join.this for join in joins]
+
+    def private(source: exp.Expression) -> bool:
+        if not isinstance(source, exp.Table):
+            return False
+        table = policy.table(source.name)
+        return source.name in derived or (table is not None and not table.public)
+
+    inner = all(join.args.get("on") and not join.args.get("method") and not join.args.get("side")
+                and (join.args.get("kind") or "").upper() in ("", "INNER") for join in joins)
+    if private(sources[0]) or not inner or not any(private(source) for source in sources):
+        return tree
+    pool = [part for join in joins for part in (join.args["on"].flatten() if isinstance(join.args["on"], exp.And)
+                                                else [join.args["on"]])]
+    order = [next(source for source in sources if private(source))]
+    remaining = [source for source in sources if source is not order[0]]
+    placed: list[list[exp.Expression]] = []
+    while remaining:
+        done = {source.alias_or_name for source in order}
+        for source in remaining:
+            alias = source.alias_or_name
+            mine = [part for part in pool if alias in _aliases(part) and _aliases(part) <= done | {alias}]
+            if mine:
+                break
+        else:
+            return tree  # a table that meets none of the others: the rules refuse it as written
+        order.append(source)
+        remaining.remove(source)
+        placed.append(mine)
+        pool = [part for part in pool if not any(part is m for m in mine)]
+    if pool:
+        return tree  # a condition between tables joined before: the rules refuse it as written
+    reordered = tree.copy()
+    reordered.set("from_", exp.From(this=order[0].copy()))
+    reordered.set("joins", [exp.Join(this=source.copy(), on=exp.and_(*[p.copy() for p in parts]))
+                            for source, parts in zip(order[1:], placed, strict=True)])
+    return reordered
+
+
+def _aliases(part: exp.Expression) -> set[str]:
+    return {column.table for column in part.find_all(exp.Column)}
 
 
 def _check_join_kind(join: exp.Join, table: TablePolicy) -> None:
