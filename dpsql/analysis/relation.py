@@ -99,10 +99,12 @@ def resolve(tree: exp.Select, policy: Policy, facts: PublicFacts | None,
     if from_ is None or not _needs_relation(tree, policy):
         return tree, None
     tree, derived = _derived_tables(tree, subquery)
-    tree = _qualified(tree, _members(tree, policy, derived))
+    written = _members(tree, policy, derived)
+    _refuse_public_only(written, tree, policy)
+    tree = _qualified(tree, written)
     tree = _private_first(tree, policy, derived)
     # Again: qualify() normalised the aliases and turned USING into ON.
-    members = _checked_order(_members(tree, policy, derived), tree, policy)
+    members = _checked_order(_members(tree, policy, derived))
     bound, steps = _bound(members, facts)
     mapping = _column_names(members)
     columns = _columns(members, mapping, facts)
@@ -145,17 +147,22 @@ def _members(tree: exp.Select, policy: Policy, derived: dict[str, Relation]) -> 
     return members
 
 
-def _checked_order(members: list[_Member], tree: exp.Select, policy: Policy) -> list[_Member]:
-    if not members[0].table.public:
-        for member in members[1:]:
-            _check_join_kind(member.join, member.table)
-        return members
+def _refuse_public_only(members: list[_Member], tree: exp.Select, policy: Policy) -> None:
+    """A FROM of public tables only: the query came here because it also reads a private table elsewhere (or it
+    is explained): neither is answered."""
     if all(m.table.public for m in members):
         if any(not (policy.table(t.name) and policy.table(t.name).public) for t in tree.find_all(exp.Table)):
             raise QueryRejected("subqueries are not supported: a query of public tables cannot read a private "
                                 "table inside it; join the private table instead")
         raise QueryRejected("the query reads only public tables: it runs as written, without noise or cost, "
                             "and has no private plan to explain")
+
+
+def _checked_order(members: list[_Member]) -> list[_Member]:
+    if not members[0].table.public:
+        for member in members[1:]:
+            _check_join_kind(member.join, member.table)
+        return members
     raise QueryRejected("name the private table first in FROM and join the public tables to it (a public table "
                         "first would make the bound depend on which side the rows are counted from)")
 
