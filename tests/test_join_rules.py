@@ -187,3 +187,11 @@ def test_an_inner_join_written_public_first_is_answered_as_if_private_first(sess
     natural = session.prepare("SELECT COUNT(*) FROM visits v NATURAL JOIN regions r").plan
     assert natural.query.relation.steps == session.prepare(
         "SELECT COUNT(*) FROM visits v JOIN regions r USING (region)").plan.query.relation.steps
+
+
+def test_a_per_unit_subquery_may_aggregate_joined_rows(session) -> None:
+    sql = ("SELECT n, COUNT(*) FROM (SELECT v.patient_id, COUNT(*) AS n FROM visits v JOIN departments d "
+           "ON v.department = d.department WHERE d.specialty_group = 'medical' GROUP BY v.patient_id) AS p GROUP BY n")
+    query_plan = session.prepare(sql).plan
+    assert query_plan.max_rows == 1 and query_plan.query.keys[0].domain == (1, 2, 3, 4, 5)
+    assert "per-unit subquery over the join above: at most 5 rows per unit" in explain(query_plan)

@@ -42,6 +42,9 @@ QUERIES = [
     "WHERE n > 0 GROUP BY top",
     "SELECT COUNT(*), SUM(lo) FROM (SELECT pid, MIN(x) AS lo FROM t GROUP BY pid) p WHERE lo < 3",
     "SELECT SUM(n) FROM (SELECT pid, COUNT(*) AS n FROM t GROUP BY pid HAVING SUM(x) > 2 OR MAX(k) = 9) p",
+    # a per-unit subquery over a one-to-many join: at most m * k joined rows per unit before the per-unit aggregates
+    "SELECT n, COUNT(*), SUM(w) FROM (SELECT t.pid, COUNT(*) AS n, SUM(l.weight) AS w FROM t "
+    "JOIN look l ON t.city = l.city GROUP BY t.pid) p GROUP BY n",
     # a per-unit subquery joined to a private table of its unit (m = 1 * 2) and to a public one
     "SELECT COUNT(*), SUM(p.n), SUM(u.y) FROM (SELECT pid, COUNT(*) AS n FROM t GROUP BY pid) p "
     "JOIN u ON u.pid = p.pid",

@@ -116,9 +116,9 @@ def check(parsed: ParsedQuery, policy: Policy, vocabulary: Vocabulary,
             node.replace(variance)
     # A join (or a public table) becomes one relation, read like a table from here on (relation.py).
     output_names = _output_names(tree, parsed.sql)
-    per_unit = resolve_per_unit(tree, policy, _type_check)  # FROM (SELECT unit, aggregates ... GROUP BY unit)
+    per_unit = resolve_per_unit(tree, policy, _type_check, facts)  # FROM (SELECT unit, aggregates ... GROUP BY unit)
     tree, relation = per_unit if per_unit is not None else resolve(
-        tree, policy, facts, lambda subquery: per_unit_relation(subquery, policy, _type_check))
+        tree, policy, facts, lambda subquery: per_unit_relation(subquery, policy, _type_check, facts))
     _check_clauses(tree)
     table = relation.schema if relation is not None else _table_of(tree, policy)
     _refuse_subqueries(tree)

@@ -13,7 +13,8 @@ per unit. Why one unit moves the outer measurements by at most their sensitivity
   the unit, as for any table.
 An inner HAVING keeps or drops a unit's derived row by that unit's own aggregates: a row filter for the outer query.
 Refused: an inner GROUP BY other than exactly the unit (several rows per unit), anything but the unit and named
-aggregates in the inner SELECT, and inner ORDER BY, LIMIT, DISTINCT, joins (LIMIT would choose units by their data).
+aggregates in the inner SELECT, and inner ORDER BY, LIMIT, DISTINCT (LIMIT would choose units by their data). The
+inner FROM may join tables by the join rules (relation.py): its rows are then the joined rows, at most m per unit.
 Joined to other tables (relation.py), the subquery is a private table with one row per unit (m = 1).
 """
 
@@ -26,7 +27,8 @@ from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.qualify import qualify
 
 from dpsql.analysis.bounds import Unbounded, interval_of
-from dpsql.analysis.relation import JOINED, Relation
+from dpsql.analysis.public_facts import PublicFacts
+from dpsql.analysis.relation import JOINED, Relation, resolve
 from dpsql.analysis.typecheck import total_expression
 from dpsql.analysis.vetting import may_fail, vet_row_expression
 from dpsql.dp.fixedpoint import clamp, fixed_point, null_preserving
@@ -38,7 +40,7 @@ from dpsql.sql.parse import DIALECT
 
 TypeCheck = Callable[..., None]  # check._type_check: (node, table, context, boolean=, numeric=)
 
-_INNER_CLAUSES = {"expressions", "from_", "where", "group", "having"}
+_INNER_CLAUSES = {"expressions", "from_", "joins", "where", "group", "having"}
 # The hidden per-unit columns a HAVING condition reads (not in the relation's schema: the outer query cannot).
 _HAVING_COLUMN = "__dp_having"
 _AGGREGATES = {exp.Count: "COUNT", exp.Sum: "SUM", exp.Avg: "AVG", exp.Min: "MIN", exp.Max: "MAX"}
@@ -48,35 +50,45 @@ _RULE = ("subqueries in FROM are supported as per-unit aggregation only: SELECT 
          "SUM(x) AS s, ... FROM t [WHERE ...] GROUP BY unit")
 
 
-def resolve_per_unit(tree: exp.Select, policy: Policy, type_check: TypeCheck) -> tuple[exp.Select, Relation] | None:
+def resolve_per_unit(tree: exp.Select, policy: Policy, type_check: TypeCheck,
+                     facts: PublicFacts | None = None) -> tuple[exp.Select, Relation] | None:
     """The outer query over the per-unit relation, if its FROM is a subquery and nothing else; None otherwise (a
     subquery joined to tables is a member of a join: relation.py asks `per_unit_relation` for it)."""
     from_ = tree.args.get("from_")
     if from_ is None or not isinstance(from_.this, exp.Subquery) or tree.args.get("joins"):
         return None
     subquery = from_.this
-    relation = per_unit_relation(subquery, policy, type_check)
+    relation = per_unit_relation(subquery, policy, type_check, facts)
     outer = tree.copy()
     outer.set("from_", exp.From(this=exp.alias_(exp.to_table(JOINED), subquery.alias_or_name or JOINED,
                                                 table=True)))
     return outer, relation
 
 
-def per_unit_relation(subquery: exp.Subquery, policy: Policy, type_check: TypeCheck) -> Relation:
-    """The relation of a per-unit subquery: one row per unit, its derived columns bounded by the cap."""
+def per_unit_relation(subquery: exp.Subquery, policy: Policy, type_check: TypeCheck,
+                      facts: PublicFacts | None = None) -> Relation:
+    """The relation of a per-unit subquery: one row per unit, its derived columns bounded by the cap.
+
+    Its FROM may join tables (relation.py): the joined rows, at most m per unit already, are then what is
+    aggregated per unit, with that m."""
     inner = subquery.this
     if not isinstance(inner, exp.Select):
         raise QueryRejected(f"{_RULE}; a set operation (UNION ...) is not supported")
     for clause, value in inner.args.items():
         if value and clause not in _INNER_CLAUSES:
             label = {"limit": "LIMIT (it would choose units by their data)", "order": "ORDER BY",
-                     "joins": "JOIN", "distinct": "DISTINCT"}.get(clause, clause.upper())
+                     "distinct": "DISTINCT"}.get(clause, clause.upper())
             raise QueryRejected(f"{_RULE}; {label} inside it is not supported")
-    table = _inner_table(inner, policy)
     for item in inner.expressions:  # before qualify(), which names every item
         if not isinstance(item, exp.Alias | exp.Column):
             raise QueryRejected(f"{_RULE}; {item.sql(DIALECT)} is not a named COUNT, SUM, AVG, MIN or MAX (name it: "
                                 f"{item.sql(DIALECT)} AS n)")
+    joined = None
+    if inner.args.get("joins"):
+        inner, joined = resolve(inner, policy, facts)  # the joined rows, capped: at most m per unit
+        if joined.schema.privacy_unit is None:
+            raise QueryRejected(f"{_RULE}; the joined rows have no privacy unit to aggregate by")
+    table = joined.schema if joined is not None else _inner_table(inner, policy)
     inner = _qualified(inner, table)
     unit_item, unit_name = _unit_item(inner, table)
     m = table.bound.max_rows
@@ -93,15 +105,19 @@ def per_unit_relation(subquery: exp.Subquery, policy: Policy, type_check: TypeCh
         columns[column.name] = column
         projection.append(exp.alias_(value, column.name, quoted=True))
     where = inner.args.get("where")
-    filters = [exp.column(names.RANK, alias) <= m]  # the cap, before the filter: it stays the unit's own choice
+    # The cap, before the filter: it stays the unit's own choice (a join's rows are capped inside its SQL).
+    filters = [exp.column(names.RANK, alias) <= m] if joined is None else []
     if where is not None:
         vet_row_expression(where.this, "WHERE (in the per-unit subquery)")
         type_check(where.this, table, "WHERE (in the per-unit subquery)", boolean=True)
         filters.append(_total(where.this, table))
     having = inner.args.get("having")  # a filter on the unit's own aggregates: keeps or drops its derived row
     keep = _having(having.this, table, m, type_check, columns, projection) if having is not None else None
-    per_unit = exp.select(*projection).from_(exp.to_table(names.prepared_table(table.name)).as_(alias)) \
-        .where(exp.and_(*filters)).group_by(exp.column(names.UNIT, alias), unit_item.copy())
+    source = joined.sql.subquery(alias) if joined is not None else exp.to_table(
+        names.prepared_table(table.name)).as_(alias)
+    per_unit = exp.select(*projection).from_(source).group_by(exp.column(names.UNIT, alias), unit_item.copy())
+    if filters:
+        per_unit = per_unit.where(exp.and_(*filters))
     quantized = [exp.alias_(exp.cast(fixed_point(c.interval).centered(exp.column(exp.to_identifier(
         c.name, quoted=True))), exp.DataType.Type.INT), names.quantized_column(c.name))
         for c in columns.values() if c.bounded]
@@ -109,9 +125,11 @@ def per_unit_relation(subquery: exp.Subquery, policy: Policy, type_check: TypeCh
     if keep is not None:
         sql = sql.where(keep)
     schema = TablePolicy(JOINED, table.source, columns, ContributionBound(1), unit_name, unit=table.unit)
-    steps = (f"per-unit subquery over '{table.name}': each unit's rows capped at {m} (rank <= {m}) before its "
-             f"aggregates, so COUNT(*) per unit is in [1, {m}], COUNT(x) in [0, {m}], SUM in "
-             f"[{m} * min(lo, 0), {m} * max(hi, 0)], AVG, MIN and MAX in [lo, hi]",
+    over = (f"the join above: at most {m} rows per unit" if joined is not None
+            else f"'{table.name}': each unit's rows capped at {m} (rank <= {m})")
+    steps = (*(joined.steps if joined is not None else ()),
+             f"per-unit subquery over {over} before its aggregates, so COUNT(*) per unit is in [1, {m}], "
+             f"COUNT(x) in [0, {m}], SUM in [{m} * min(lo, 0), {m} * max(hi, 0)], AVG, MIN and MAX in [lo, hi]",
              "the subquery has one row per unit: m = 1 for the outer query")
     return Relation(schema, sql, steps)
 
