@@ -118,7 +118,8 @@ def generate_visits(patients: int, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     raw = out.with_suffix(".raw.parquet")
     subprocess.run([sys.executable, str(SAMPLE / "generate_visits.py"), "--patients", str(patients),
-                    "--max-visits", str(MAX_VISITS), "--out", str(raw)], check=True, capture_output=True)
+                    "--max-visits", str(MAX_VISITS), "--out", str(raw), "--visits-only"], check=True,
+                   capture_output=True)
     con = duckdb.connect()
     try:
         con.execute(f"COPY (SELECT * FROM read_parquet('{raw}') WHERE cost IS NOT NULL) TO '{out}' (FORMAT PARQUET)")

@@ -110,8 +110,13 @@ class TablePolicy:
     source: Source
     columns: dict[str, ColumnPolicy]
     bound: ContributionBound
-    privacy_unit: str | None  # None only when row_privacy is declared explicitly
+    privacy_unit: str | None  # None only when row_privacy is declared explicitly, or for a public table
     row_privacy: bool = False
+    # Public data (a lookup table): no unit, no bound, read row by row and joined freely (analysis/relation.py).
+    public: bool = False
+    # What the unit is ("patient"): two private tables may be joined on their unit columns only when their labels
+    # are the same. Defaults to the unit column's name; None for row privacy and public tables.
+    unit: str | None = None
 
 
 @dataclass(frozen=True)
@@ -202,7 +207,8 @@ def _server_file(reader: _Reader, server: dict, key: str, default: str, path: Pa
     return named
 
 
-_TABLE_KEYS = {"source", "format", "table", "privacy_unit", "row_privacy", "max_rows_per_unit", "columns"}
+_TABLE_KEYS = {"source", "format", "table", "privacy_unit", "row_privacy", "max_rows_per_unit", "columns", "public",
+               "unit"}
 _COLUMN_KEYS = {"type", "lower", "upper", "values", "nullable", "max_length", "per_unit"}
 _BUDGET_KEYS = {"epsilon", "delta", "query_epsilon", "query_delta", "accounting", "mechanism", "ledger",
                 "analysts"}
@@ -272,6 +278,8 @@ class _Reader:
             if col.name in columns:
                 self.fail(where, f"columns.{col_name}", "declared twice (names are case-insensitive)")
             columns[col.name] = col
+        if self.typed(raw.get("public", False), where, "public", bool):
+            return self.public_table(name, raw, where, source, columns)
         row_privacy = self.typed(raw.get("row_privacy", False), where, "row_privacy", bool)
         unit = raw.get("privacy_unit")
         if unit is None and not row_privacy:
@@ -295,7 +303,26 @@ class _Reader:
             self.fail(where, "max_rows_per_unit", f"must be between 1 and 1000000, got {max_rows}")
         if row_privacy and max_rows != 1:
             self.fail(where, "max_rows_per_unit", "with row_privacy every row is its own unit: it must be 1")
-        return TablePolicy(name.lower(), source, columns, ContributionBound(max_rows), unit, row_privacy)
+        label = None
+        if unit is not None:
+            label = self.typed(raw.get("unit", unit), where, "unit", str).strip().lower()
+            if not label:
+                self.fail(where, "unit", "must name what the unit is (e.g. \"patient\")")
+        elif "unit" in raw:
+            self.fail(where, "unit", "a unit label needs a privacy_unit column")
+        return TablePolicy(name.lower(), source, columns, ContributionBound(max_rows), unit, row_privacy, unit=label)
+
+    def public_table(self, name: str, raw: dict, where: str, source: Source,
+                     columns: dict[str, ColumnPolicy]) -> TablePolicy:
+        """A public table: its rows may be read as they are, so nothing about a person's contribution applies."""
+        for key in ("privacy_unit", "row_privacy", "max_rows_per_unit", "unit"):
+            if key in raw:
+                self.fail(where, key, "a public table has no privacy unit and no contribution bound")
+        for column in columns.values():
+            if column.per_unit:
+                self.fail(f"{where}, column '{column.name}'", "per_unit", "a public table has no privacy unit")
+        # The bound is never used: every path that bounds contributions reads it from a private table.
+        return TablePolicy(name.lower(), source, columns, ContributionBound(1), None, public=True)
 
     def source(self, raw: dict, where: str) -> Source:
         pattern = self.require(raw, where, "source", str)

@@ -18,6 +18,7 @@ from typing import Any
 
 from dpsql.analysis.check import check
 from dpsql.analysis.normalize import normalize
+from dpsql.analysis.public_query import public_sql
 from dpsql.dp.noise import RandomSource, SecureRandom
 from dpsql.engines.base import Engine
 from dpsql.engines.duckdb_engine import DuckDBEngine
@@ -51,7 +52,7 @@ class PrivateResult:
     noise_std: list[tuple[float | None, ...]]  # per row and column: the noise's standard deviation, if any
     cost: Cost
     spending: Spending  # the analyst's budget after this query
-    plan: QueryPlan
+    plan: QueryPlan | None  # None for a query of public tables only (no noise, no plan)
     released_groups: int  # groups that passed partition selection, before HAVING, ORDER BY and LIMIT
     cached_at: str | None = None  # when the answer was first released, if this is that answer again (cost 0)
 
@@ -87,6 +88,7 @@ class PrivateSession:
         # afresh, as the library and the CLI do (a seeded test that repeats a query expects new noise).
         self.answers = answers
         self._prepared: dict[tuple, PreparedQuery] = {}
+        self._public: dict[tuple, str | None] = {}
 
     def prepare(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None, *,
                 epsilon: float | None = None) -> PreparedQuery:
@@ -101,7 +103,8 @@ class PrivateSession:
         if prepared is None:
             parsed = parse(sql, parameters)
             canonical = parsed.tree.sql(DIALECT, comments=False)
-            query_plan = plan(check(normalize(parsed, self.policy), self.policy, VOCABULARY), budget)
+            query_plan = plan(check(normalize(parsed, self.policy), self.policy, VOCABULARY,
+                                    self.engine.public_facts()), budget)
             bounded = rewrite(query_plan)
             key_types = self.engine.dry_run(bounded.sql)[:bounded.key_count]
             prepared = PreparedQuery(query_plan, bounded, key_types, self._rehearse(query_plan, key_types), canonical)
@@ -118,6 +121,9 @@ class PrivateSession:
 
     def execute(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None, *,
                 epsilon: float | None = None) -> PrivateResult:
+        public = self._public_sql(sql, parameters)
+        if public is not None:
+            return self._public_answer(public)
         prepared = self.prepare(sql, parameters, epsilon=epsilon)
         query_plan = prepared.plan
         key = None
@@ -159,6 +165,24 @@ class PrivateSession:
                         zip(query.output_names, kinds, query.output_noisy, strict=True))
         return PrivateResult(columns, answer.rows, answer.intervals, answer.noise_std, cost, spending, prepared.plan,
                              answer.released_groups, cached_at=answer.at or None)
+
+    def _public_sql(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None) -> str | None:
+        """The SQL to run if the query reads public tables only (None otherwise), decided once per text: asking
+        again skips the parse, as prepare() does."""
+        key = (sql, repr(parameters))
+        if key not in self._public:
+            if len(self._public) >= _PREPARED_CACHE:
+                self._public.pop(next(iter(self._public)))
+            self._public[key] = public_sql(parse(sql, parameters), self.policy)
+        return self._public[key]
+
+    def _public_answer(self, sql: str) -> PrivateResult:
+        """A query of public tables only: run as written, exact, no charge and no ledger entry."""
+        names, types, rows = self.engine.run_public(sql)
+        columns = tuple(OutputColumn(name, kind, False) for name, kind in zip(names, types, strict=True))
+        nothing = [(None,) * len(columns) for _ in rows]
+        return PrivateResult(columns, rows, nothing, list(nothing), Cost(Fraction(0), Fraction(0)),
+                             self.ledger.spending(self.analyst), None, len(rows))
 
     def spending(self, analyst: str | None = None) -> Spending:
         return self.ledger.spending(analyst)

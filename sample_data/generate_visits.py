@@ -1,11 +1,16 @@
 """Generate the synthetic `visits` table: hospital visits, several per patient. Deterministic for a seed.
 
-    python sample_data/generate_visits.py                          # the shipped sample_data/visits.csv
+    python sample_data/generate_visits.py                          # the shipped sample_data/visits.csv (and the
+                                                                   # patients, departments and regions beside it)
     python sample_data/generate_visits.py --patients 400000 --out /tmp/visits_1m.parquet   # ~1M rows
 
 Each patient has 1 to --max-visits visits (more visits are rarer), a region, an age, a sex and a smoking status;
 each visit a date, a department, a cost (log-normal by department, about 1% missing) and a length of stay. Nothing
 here is real. The seeded generator is for making data only; dpsql's noise never uses it.
+
+Beside visits it writes `patients.csv` (private: one row per patient of visits, with the same sex and a birth year
+matching the age, and an insurance and a number of chronic conditions drawn from a second generator, so that
+visits.csv stays what it was), and the public lookup tables `departments.csv` and `regions.csv`.
 """
 
 from __future__ import annotations
@@ -53,6 +58,41 @@ def generate(patients: int, max_visits: int, seed: int) -> dict[str, np.ndarray]
     }
 
 
+# The public lookup tables: (department, floor, beds, specialty_group) and (region, population, urban).
+DEPARTMENT_ROWS = [("cardiology", 3, 40, "medical"), ("dermatology", 1, 10, "medical"),
+                   ("emergency", 0, 30, "emergency"), ("general", 1, 60, "medical"), ("neurology", 4, 25, "medical"),
+                   ("oncology", 5, 45, "medical"), ("orthopedics", 2, 35, "surgical"),
+                   ("pediatrics", 2, 30, "medical")]
+REGION_ROWS = [("north", 820_000, False), ("south", 1_240_000, True), ("east", 560_000, False),
+               ("west", 930_000, True), ("central", 2_100_000, True)]
+_INSURANCE = ["public", "private", "none"]
+
+
+def generate_patients(visits: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
+    """One row per patient of `visits`: sex and age as there (the same on every visit), the rest drawn anew."""
+    first = np.unique(visits["patient_id"], return_index=True)[1]
+    patients = first.size
+    rng = np.random.default_rng([seed, 1])  # a second stream: visits' draws are unchanged
+    age = visits["age"][first]
+    chronic = np.minimum(rng.poisson(0.3 + age / 30), 10).astype(np.int64)
+    return {
+        "patient_id": visits["patient_id"][first],
+        "birth_year": (2024 - age).astype(np.int64),
+        "sex": visits["sex"][first],
+        "insurance": np.array(_INSURANCE, dtype=object)[rng.choice(3, size=patients, p=[0.55, 0.35, 0.1])],
+        "chronic_conditions": chronic,
+    }
+
+
+def write_table(columns: dict[str, np.ndarray] | list[tuple], names: list[str], out: Path) -> None:
+    con = duckdb.connect()
+    if isinstance(columns, list):
+        columns = {name: np.array([row[i] for row in columns], dtype=object if isinstance(columns[0][i], str)
+                                  else None) for i, name in enumerate(names)}
+    con.register("t", columns)
+    con.execute(f"COPY (SELECT {', '.join(names)} FROM t) TO '{out}' (FORMAT CSV, HEADER)")
+
+
 def write(columns: dict[str, np.ndarray], out: Path) -> int:
     con = duckdb.connect()
     con.register("visits", columns)
@@ -70,9 +110,19 @@ def main() -> None:
     parser.add_argument("--max-visits", type=int, default=8)
     parser.add_argument("--seed", type=int, default=20261121)
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("visits.csv"))
+    parser.add_argument("--visits-only", action="store_true", help="write visits only, not the other tables")
     args = parser.parse_args()
-    rows = write(generate(args.patients, args.max_visits, args.seed), args.out)
+    visits = generate(args.patients, args.max_visits, args.seed)
+    rows = write(visits, args.out)
     print(f"wrote {rows} rows for {args.patients} patients to {args.out}")
+    if args.visits_only:
+        return
+    folder = args.out.parent
+    write_table(generate_patients(visits, args.seed), ["patient_id", "birth_year", "sex", "insurance",
+                                                       "chronic_conditions"], folder / "patients.csv")
+    write_table(DEPARTMENT_ROWS, ["department", "floor", "beds", "specialty_group"], folder / "departments.csv")
+    write_table(REGION_ROWS, ["region", "population", "urban"], folder / "regions.csv")
+    print(f"wrote patients.csv, departments.csv and regions.csv to {folder}")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,14 @@ from dpsql.session import PrivateSession
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_data"
+# The files of the sample visits policy: its tables' data beside it.
+VISITS_FILES = ("visits.toml", "visits.csv", "patients.csv", "departments.csv", "regions.csv")
+
+
+def copy_visits_data(folder: Path) -> None:
+    """The sample visits data (every table of visits.toml) into `folder`, the policy not included."""
+    for name in VISITS_FILES[1:]:
+        shutil.copy(SAMPLE / name, folder / name)
 
 
 @pytest.fixture
@@ -29,7 +37,7 @@ def pums_policy(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def visits_policy(tmp_path: Path) -> Path:
-    for name in ("visits.toml", "visits.csv"):
+    for name in VISITS_FILES:
         shutil.copy(SAMPLE / name, tmp_path / name)
     return create_ledger(tmp_path / "visits.toml")
 

@@ -15,6 +15,7 @@ from benchmarks.support import caps_rows, create_ledger, sql_tree, write_csv, wr
 from dpsql.frontends import cli
 from dpsql.session import PrivateSession
 from dpsql.sql import names
+from tests.conftest import VISITS_FILES
 
 GROUPED = "SELECT region, COUNT(*) AS visits, AVG(cost) AS avg_cost FROM visits GROUP BY region"
 
@@ -170,7 +171,7 @@ def test_init_then_policy_check(tmp_path: Path) -> None:
 def test_no_ledger_no_answer_until_the_steward_creates_it(tmp_path: Path) -> None:
     """A missing ledger is never a fresh budget: `query` refuses until `budget --init` creates it."""
     policy = tmp_path / "visits.toml"
-    for name in ("visits.toml", "visits.csv"):
+    for name in VISITS_FILES:
         (tmp_path / name).write_bytes((Path(__file__).parent.parent / "sample_data" / name).read_bytes())
     code, out, err = run("query", "SELECT COUNT(*) FROM visits", "--policy", str(policy))
     assert code == 1 and out == "" and "no budget ledger" in err and "dpsql budget --init" in err

@@ -32,6 +32,7 @@ def test_a_good_policy_loads_with_its_declarations(tmp_path: Path, data: Path) -
     policy = load_policy(write_policy(tmp_path / "p.toml", {"people": people()}))
     table = policy.table("PEOPLE")
     assert table.privacy_unit == "pid" and table.bound.max_rows == 2
+    assert table.unit == "pid" and not table.public  # the unit label defaults to the unit column's name
     assert table.columns["age"].interval.lo == 0 and table.columns["age"].interval.hi == 100
     assert table.columns["city"].values == ("a", "b") and table.columns["city"].type is ColumnType.TEXT
     assert table.source.pattern == str(data)  # resolved against the policy's folder
@@ -68,6 +69,12 @@ def test_a_good_policy_loads_with_its_declarations(tmp_path: Path, data: Path) -
      "expected bool"),
     ({"columns": {"pid": {"type": "int"}, "__dp_rank": {"type": "int"}}}, "column '__dp_rank'",
      "reserved for dpsql's own"),
+    ({"unit": " "}, "key 'unit'", "must name what the unit is"),
+    ({"unit": 3}, "key 'unit'", "expected str"),
+    ({"privacy_unit": None, "row_privacy": True, "max_rows_per_unit": 1, "unit": "person"}, "key 'unit'",
+     "needs a privacy_unit column"),
+    ({"public": "yes"}, "key 'public'", "expected bool"),
+    ({"public": True}, "key 'privacy_unit'", "a public table has no privacy unit"),
 ])
 def test_broken_table_declarations_name_table_key_and_problem(tmp_path, data, overrides, where, problem) -> None:
     spec = people(**overrides)

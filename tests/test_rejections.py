@@ -41,7 +41,7 @@ REJECTED = [
     ("SELECT COUNT(*) FROM read_csv('sample_data/visits.csv')", QueryRejected, "table functions"),
     ("SELECT COUNT(*) FROM 'PUMS_pid.csv'", ProgrammingError, "unknown table"),
     ("SELECT COUNT(*) FROM information_schema.tables", QueryRejected, "only the policy's tables"),
-    ("SELECT COUNT(*) FROM pums a JOIN pums b ON a.pid = b.pid", QueryRejected, "JOIN is not supported"),
+    ("SELECT COUNT(*) FROM pums a JOIN pums b ON a.age = b.age", QueryRejected, "equals their unit columns"),
     # Row-level subqueries and CTEs are merged (analysis/normalize.py); the others still reach the checker.
     ("SELECT COUNT(*) FROM (SELECT DISTINCT age FROM pums)", QueryRejected, "subqueries cannot be read"),
     ("WITH RECURSIVE t AS (SELECT * FROM pums) SELECT COUNT(*) FROM t", QueryRejected,

@@ -21,6 +21,9 @@ from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.qualify import qualify
 
 from dpsql.analysis.bounds import Unbounded, interval_of
+from dpsql.analysis.per_unit import per_unit_relation, resolve_per_unit
+from dpsql.analysis.public_facts import PublicFacts
+from dpsql.analysis.relation import Relation, resolve
 from dpsql.analysis.text_parameters import type_text_parameters
 from dpsql.analysis.typecheck import Kind, typed_expression
 from dpsql.analysis.vetting import ROW_NODES, ConstantChecker, describe, vet_row_expression
@@ -88,6 +91,7 @@ class CheckedQuery:
     output_names: tuple[str, ...]
     output_aggregate: tuple[int | None, ...]  # per output, the one aggregate it is a monotone function of
     output_noisy: tuple[bool, ...]  # per output, whether it depends on any aggregate
+    relation: Relation | None = None  # the joined tables the query reads, or None for one table
 
 
 def readable(node: exp.Expression) -> str:
@@ -102,12 +106,17 @@ def readable(node: exp.Expression) -> str:
 _SELECT_CLAUSES = {"expressions", "from_", "where", "group", "having", "order", "limit", "offset"}
 
 
-def check(parsed: ParsedQuery, policy: Policy, vocabulary: Vocabulary) -> CheckedQuery:
+def check(parsed: ParsedQuery, policy: Policy, vocabulary: Vocabulary,
+          facts: PublicFacts | None = None) -> CheckedQuery:
     tree = _read_var(parsed.tree.copy())
-    _check_clauses(tree)
-    table = _table_of(tree, policy)
-    _refuse_subqueries(tree)
     output_names = parsed.output_names if parsed.output_names is not None else _output_names(tree, parsed.sql)
+    # A join (or a public table) becomes one relation, read like a table from here on (relation.py).
+    per_unit = resolve_per_unit(tree, policy, _type_check, facts)  # FROM (SELECT unit, aggregates ... GROUP BY unit)
+    tree, relation = per_unit if per_unit is not None else resolve(
+        tree, policy, facts, lambda subquery: per_unit_relation(subquery, policy, _type_check, facts))
+    _check_clauses(tree)
+    table = relation.schema if relation is not None else _table_of(tree, policy)
+    _refuse_subqueries(tree)
     schema = {table.name: {c.name: c.type.duckdb for c in table.columns.values()}}
     try:
         # Quoting is left as the analyst wrote it (a reserved word must be quoted to parse at all).
@@ -138,6 +147,7 @@ def check(parsed: ParsedQuery, policy: Policy, vocabulary: Vocabulary) -> Checke
         output_names=output_names,
         output_aggregate=tuple(_single_aggregate(e.this) for e in outer.expressions),
         output_noisy=tuple(bool(_aggregate_columns(e.this)) for e in outer.expressions),
+        relation=relation,
     )
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
+from dpsql.analysis.public_facts import PublicFacts
+
 
 class Engine(ABC):
     time_limit: float  # seconds a query may run before it is interrupted and fails
@@ -29,6 +31,14 @@ class Engine(ABC):
         """The rows of a bounded query on the data, every value exact. Any failure, whatever its cause, raises
         the one generic ExecutionFailed: how a query fails on the data could depend on a single row. Nothing a
         query does survives it."""
+
+    def public_facts(self) -> PublicFacts | None:
+        """Facts of the public tables, for joins with them; None: this engine holds none."""
+        return None
+
+    def run_public(self, sql: str) -> tuple[list[str], list[str], list[tuple[Any, ...]]]:
+        """The column names, types and rows of a query that reads public tables only (analysis/public_query.py)."""
+        raise NotImplementedError("this engine holds no public tables")
 
     @abstractmethod
     def interrupt(self) -> None:

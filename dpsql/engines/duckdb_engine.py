@@ -21,11 +21,13 @@ from typing import Any
 import duckdb
 from sqlglot import exp
 
+from dpsql.analysis.public_facts import PublicFacts
 from dpsql.engines.base import Engine
+from dpsql.engines.public_facts import DuckDBPublicFacts
 from dpsql.engines.watchdog import Watchdog
 from dpsql.errors import ExecutionFailed, PolicyError, QueryRejected, first_line
 from dpsql.policy import Policy, TablePolicy
-from dpsql.rewrite.bounding import prepared_rows, varying_units
+from dpsql.rewrite.bounding import cleaned_rows, prepared_rows, varying_units
 from dpsql.sql import names, sandbox
 from dpsql.sql.lossless import canonical_select, faithful
 from dpsql.sql.names import TWIN_SCHEMA, prepared_table
@@ -72,6 +74,7 @@ class DuckDBEngine(Engine):
             database = con.execute("SELECT current_database()").fetchone()[0]
             self._twin.execute(f"USE {_quote(database)}.{TWIN_SCHEMA}")
             self._watchdog = Watchdog(con, policy.time_limit)
+        self._facts = DuckDBPublicFacts(policy, lambda sql: self._con.execute(sql).fetchall(), self._lock)
 
     def _load(self, table: TablePolicy, salt: int) -> None:
         found = self._source_columns(table, self._source(table, typed=False))
@@ -79,7 +82,9 @@ class DuckDBEngine(Engine):
         if missing:
             self._fail(table, f"columns.{missing[0]}", f"the source has no column '{missing[0]}' (it has: "
                                                        f"{', '.join(sorted(found))})")
-        rows = prepared_rows(table, self._source(table), salt)
+        # A public table is kept as it is (typed and cleaned): its rows are read as they are, and joined.
+        source = self._source(table)
+        rows = cleaned_rows(table, source) if table.public else prepared_rows(table, source, salt)
         try:
             self._con.execute(f"CREATE TABLE {prepared_table(table.name)} AS {rows.sql(DIALECT)}")
         except duckdb.Error as exc:
@@ -145,6 +150,9 @@ class DuckDBEngine(Engine):
                 return f"column '{name}' has values that are not {column.type.value}"
         return "the source could not be read"
 
+    def public_facts(self) -> PublicFacts:
+        return self._facts
+
     def dry_run(self, sql: str) -> list[str]:
         """Run a bounded query on the empty twin tables: type errors surface here, decided by the schema alone.
 
@@ -185,6 +193,20 @@ class DuckDBEngine(Engine):
 
     def interrupt(self) -> None:
         self._watchdog.interrupt_now()
+
+    def run_public(self, sql: str) -> tuple[list[str], list[str], list[tuple[Any, ...]]]:
+        """Run a query of public tables as written. Its errors are about public data only, so they are shown."""
+        with self._lock:
+            self._con.execute("BEGIN TRANSACTION")
+            try:
+                with self._watchdog.running():
+                    cursor = self._con.execute(sql)
+                    rows = cursor.fetchall()
+                    return [d[0] for d in cursor.description], [str(d[1]) for d in cursor.description], rows
+            except duckdb.Error as exc:
+                raise QueryRejected(f"the query of public tables failed: {first_line(exc)}") from None
+            finally:
+                self._con.execute("ROLLBACK")
 
     def _fetch_exact(self, sql: str) -> list[tuple[Any, ...]]:
         """The rows of `sql`, every column Python cannot hold exactly fetched as its DuckDB text (lossless.py).

@@ -206,6 +206,9 @@ def check(file: Path) -> None:
     for table in loaded.tables.values():
         bounded = [c.name for c in table.columns.values() if c.bounded]
         public = [c.name for c in table.columns.values() if c.values is not None]
+        if table.public:  # no unit, no bound: read as it is
+            click.echo(f"table {table.name}: {len(table.columns)} columns, public")
+            continue
         unit = "row privacy" if table.row_privacy else f"unit {table.privacy_unit}"
         click.echo(f"table {table.name}: {len(table.columns)} columns, {unit}, at most {table.bound.max_rows} "
                    f"rows per unit; bounded: {', '.join(bounded) or '-'}; public values: {', '.join(public) or '-'}")

@@ -22,6 +22,8 @@ def explain(query_plan: QueryPlan) -> str:
         lines += _zcdp_guarantee(query_plan)
     unit = "each row is its own unit (row privacy)" if table.row_privacy else f"privacy unit '{table.privacy_unit}'"
     lines.append(f"Contribution bound: at most {query_plan.max_rows} row(s) per unit in this query; {unit}")
+    if query.relation is not None:
+        lines += [f"  {n}. {step}" for n, step in enumerate(query.relation.steps, 1)]
     lines.append(_groups(query_plan))
     share = "epsilon" if query_plan.budget.accounting is Accounting.PURE else "rho"
     lines += ["", f"Measurements ({share} split to minimise the summed squared relative error of the outputs, "

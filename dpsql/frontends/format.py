@@ -34,7 +34,7 @@ def summary(result: PrivateResult, analyst: str) -> str:
 
 def why_no_rows(result: PrivateResult) -> str | None:
     """For stderr: why a grouped answer came back empty, from the plan and the released answer only."""
-    if result.rows:
+    if result.rows or result.plan is None:
         return None
     selection = result.plan.selection
     if selection is not None and result.released_groups == 0:

@@ -35,6 +35,18 @@ def prepared_rows(table: TablePolicy, source: exp.Expression, salt: int) -> exp.
     """The SELECT that turns the rows of `source` (read with the declared types) into the prepared table.
 
     The salt makes each unit's choice of rows unpredictable; the same salt gives the same ranks."""
+    kept = cleaned_rows(table, source)
+    unit = _column(table.privacy_unit) if table.privacy_unit is not None else exp.Window(this=exp.RowNumber())
+    row_hash = exp.Anonymous(this="hash", expressions=[*map(_column, table.columns), exp.Literal.number(salt)])
+    keyed = exp.select("*", exp.alias_(unit, names.UNIT), exp.alias_(row_hash, names.ROW_KEY), copy=False) \
+        .from_(kept.subquery(copy=False), copy=False)
+    return exp.select("*", *_ranks(table), *_quantized(table), copy=False).from_(keyed.subquery(copy=False),
+                                                                                copy=False)
+
+
+def cleaned_rows(table: TablePolicy, source: exp.Expression) -> exp.Select:
+    """The rows of `source` with the declared types, NaN as NULL, text cut to its length, and without the rows
+    that lack a unit or have NULL where the policy says never: all a public table gets at load."""
     cleaned = exp.select(*[exp.alias_(_cleaned(column), _column(name).this) for name, column in table.columns.items()],
                          copy=False).from_(source.copy(), copy=False)
     conditions = [_column(name).is_(exp.null()).not_() for name, column in table.columns.items()
@@ -45,12 +57,7 @@ def prepared_rows(table: TablePolicy, source: exp.Expression, salt: int) -> exp.
     kept = exp.select("*", copy=False).from_(cleaned.subquery(copy=False), copy=False)
     if conditions:
         kept = kept.where(exp.and_(*conditions, copy=False), copy=False)
-    unit = _column(table.privacy_unit) if table.privacy_unit is not None else exp.Window(this=exp.RowNumber())
-    row_hash = exp.Anonymous(this="hash", expressions=[*map(_column, table.columns), exp.Literal.number(salt)])
-    keyed = exp.select("*", exp.alias_(unit, names.UNIT), exp.alias_(row_hash, names.ROW_KEY), copy=False) \
-        .from_(kept.subquery(copy=False), copy=False)
-    return exp.select("*", *_ranks(table), *_quantized(table), copy=False).from_(keyed.subquery(copy=False),
-                                                                                copy=False)
+    return kept
 
 
 def cap_rows(tree: exp.Select, table: TablePolicy, max_rows: int, prepared: str, alias: str,

@@ -66,7 +66,9 @@ def pretty(plan: QueryPlan, dialect: str = DIALECT) -> str:
 
 def _build(plan: QueryPlan, table: str) -> exp.Select:
     context = _Context(plan, table, _alias(plan), _arguments(plan), _whole_units(plan))
-    tree = exp.select("*", copy=False).from_(exp.to_table(table).as_(context.alias), copy=False)
+    relation = plan.query.relation  # joined tables: their SQL, capped already, stands for the table
+    source = relation.sql.subquery(context.alias) if relation is not None else exp.to_table(table).as_(context.alias)
+    tree = exp.select("*", copy=False).from_(source, copy=False)
     for step in PASSES:
         tree = step(tree, context)
     return tree
@@ -111,6 +113,8 @@ def filter_rows(tree: exp.Select, context: _Context) -> exp.Select:
 
 
 def cap_rows_per_unit(tree: exp.Select, context: _Context) -> exp.Select:
+    if context.plan.query.relation is not None:
+        return tree  # the relation's SQL keeps at most m rows per unit; a row filter only removes rows
     return bounding.cap_rows(tree, context.plan.query.table, context.plan.max_rows, context.table, context.alias,
                              context.whole_units)
 

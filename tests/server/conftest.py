@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import shutil
 import socket
 import struct
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ from benchmarks.support import RunningServer, start_server
 from dpsql.frontends.server.users import UserStore, users_path
 from dpsql.policy import load_policy
 from dpsql.store.ledger import BudgetLedger
-from tests.conftest import SAMPLE, create_ledger
+from tests.conftest import SAMPLE, copy_visits_data, create_ledger
 
 PASSWORDS = {"alice": "correct horse", "bob": "battery staple", "carol": "tiny budget"}
 
@@ -29,7 +28,7 @@ PASSWORDS = {"alice": "correct horse", "bob": "battery staple", "carol": "tiny b
 def sample_policy(folder: Path) -> Path:
     """The sample visits policy in `folder`, with a fresh ledger, carol on a budget of 1.5, and three users."""
     folder.mkdir(parents=True, exist_ok=True)
-    shutil.copy(SAMPLE / "visits.csv", folder / "visits.csv")
+    copy_visits_data(folder)
     text = (SAMPLE / "visits.toml").read_text() + "\n[budget.analysts.carol]\nepsilon = 1.5\n"
     policy = folder / "visits.toml"
     policy.write_text(text)

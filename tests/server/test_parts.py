@@ -23,7 +23,7 @@ from dpsql.frontends.server.statements import split_statements
 from dpsql.frontends.server.users import UserStore, users_path
 from dpsql.policy import load_policy
 from dpsql.sql.parse import TextParameter
-from tests.conftest import SAMPLE
+from tests.conftest import SAMPLE, copy_visits_data
 
 # RFC 7677, section 3: user "user", password "pencil".
 _SALT = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")
@@ -85,7 +85,7 @@ def test_verifier_round_trips_in_postgres_text_form() -> None:
 
 
 def _policy(tmp_path: Path, extra: str = "") -> Path:
-    (tmp_path / "visits.csv").write_bytes((SAMPLE / "visits.csv").read_bytes())
+    copy_visits_data(tmp_path)
     policy = tmp_path / "visits.toml"
     policy.write_text((SAMPLE / "visits.toml").read_text() + extra)
     return policy

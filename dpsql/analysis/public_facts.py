@@ -1,0 +1,25 @@
+"""What the checker may learn from public tables: their data are public, so facts about them leak nothing.
+
+The analysis layer may not read data (it sits below the engines), so it asks through this Protocol, which the
+engine that holds the public tables implements (engines/public_facts.py). A private table is never asked about.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class ColumnFacts:
+    lower: float | None  # the smallest and largest value of a numeric column; None if it has no value
+    upper: float | None
+    values: tuple[Any, ...] | None  # the distinct values (not NULL), as the engine returns them; None if too many
+
+
+class PublicFacts(Protocol):
+    def max_rows_per_key(self, table: str, columns: tuple[str, ...]) -> int:
+        """The largest number of rows of public `table` that share one value of `columns` (none NULL)."""
+
+    def column(self, table: str, column: str) -> ColumnFacts:
+        """The range and distinct values of one column of public `table`."""

@@ -1,0 +1,64 @@
+"""Facts of the public tables (analysis/public_facts.py), read from the loaded copies: public data, so free."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from sqlglot import exp
+
+from dpsql.analysis.public_facts import ColumnFacts
+from dpsql.policy import Policy
+from dpsql.sql.names import prepared_table
+from dpsql.sql.parse import DIALECT
+
+# A text or integer column with at most this many distinct values is a public domain of group keys (the policy's
+# own limit on declared values).
+MAX_DOMAIN = 10_000
+
+
+class DuckDBPublicFacts:
+    """Answers from the engine's connection, under its lock; each fact is read once."""
+
+    def __init__(self, policy: Policy, query: Callable[[str], list[tuple[Any, ...]]],
+                 lock: threading.Lock) -> None:
+        self._policy = policy
+        self._query = query
+        self._lock = lock
+        self._cache: dict[tuple, Any] = {}
+
+    def _public(self, table: str) -> str:
+        policy = self._policy.table(table)
+        if policy is None or not policy.public:  # never a fact of private data, whoever asks
+            raise ValueError(f"'{table}' is not a public table")
+        return prepared_table(policy.name)
+
+    def _cached(self, key: tuple, sql: exp.Expression) -> list[tuple[Any, ...]]:
+        if key not in self._cache:
+            with self._lock:
+                self._cache[key] = self._query(sql.sql(DIALECT))
+        return self._cache[key]
+
+    def max_rows_per_key(self, table: str, columns: tuple[str, ...]) -> int:
+        keys = [exp.column(exp.to_identifier(c, quoted=True)) for c in columns]
+        counts = exp.select(exp.alias_(exp.Count(this=exp.Star()), "n")).from_(self._public(table)) \
+            .where(exp.and_(*[k.is_(exp.null()).not_() for k in keys])).group_by(*[k.copy() for k in keys])
+        sql = exp.select(exp.func("COALESCE", exp.Max(this=exp.column("n")), exp.Literal.number(0))) \
+            .from_(counts.subquery("c"))
+        return int(self._cached(("k", table, columns), sql)[0][0])
+
+    def column(self, table: str, column: str) -> ColumnFacts:
+        policy = self._policy.table(table)
+        name = self._public(table)
+        value = exp.column(exp.to_identifier(column, quoted=True))
+        lower = upper = None
+        if policy.columns[column].type.numeric:
+            row = self._cached(("range", table, column), exp.select(
+                exp.Min(this=value.copy()), exp.Max(this=value.copy())).from_(name))[0]
+            lower, upper = (float(row[0]), float(row[1])) if row[0] is not None else (None, None)
+        distinct = exp.select(value.copy()).distinct().from_(name).where(value.copy().is_(exp.null()).not_()) \
+            .order_by(value.copy()).limit(MAX_DOMAIN + 1)
+        rows = self._cached(("values", table, column), distinct)
+        values = tuple(r[0] for r in rows) if 0 < len(rows) <= MAX_DOMAIN else None
+        return ColumnFacts(lower, upper, values)

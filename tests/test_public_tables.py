@@ -1,0 +1,70 @@
+"""Public tables: declared `public = true`, read as written, free, exact; never a way to private rows."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from benchmarks.support import seeded
+from dpsql.errors import PolicyError, ProgrammingError, QueryRejected
+from dpsql.policy import load_policy
+from dpsql.session import PrivateSession
+from tests.conftest import SAMPLE, VISITS_FILES
+
+
+@pytest.fixture
+def session(visits_policy: Path):
+    session = PrivateSession(visits_policy, "tester", rng=seeded(3), bounding_seed=5)
+    yield session
+    session.close()
+
+
+def test_a_query_of_public_tables_runs_as_written_and_costs_nothing(session) -> None:
+    rows = session.execute("SELECT * FROM regions ORDER BY population").rows
+    assert rows[0] == ("east", 560000, False) and len(rows) == 5
+    joined = session.execute("SELECT d.specialty_group, SUM(d.beds) AS beds, COUNT(*) FROM departments d "
+                             "JOIN departments e ON d.department = e.department GROUP BY 1 ORDER BY 1")
+    assert joined.rows == [("emergency", 30, 1), ("medical", 210, 6), ("surgical", 35, 1)]
+    assert [c.name for c in joined.columns] == ["specialty_group", "beds", "count_star()"]
+    assert not any(c.noisy for c in joined.columns) and joined.cost.epsilon == 0 and joined.cost.delta == 0
+    with_cte = session.execute("WITH u AS (SELECT region FROM regions WHERE urban) SELECT COUNT(*) FROM u").rows
+    assert with_cte == [(3,)]
+    assert session.spending("tester").queries == 0 and session.history("tester") == []  # no ledger entry
+
+
+@pytest.mark.parametrize(("sql", "error", "message"), [
+    ("SELECT * FROM regions r JOIN __dp_visits v ON true", ProgrammingError, "unknown table"),
+    ("SELECT * FROM regions WHERE region IN (SELECT region FROM visits)", QueryRejected, "subqueries"),
+    ("SELECT current_setting('threads') FROM regions", QueryRejected, "vetted SQL functions"),
+    ("SELECT * FROM regions, read_csv('visits.csv')", QueryRejected, "private table first|table functions"),
+    ("SELECT * FROM main.regions", QueryRejected, "schema"),
+    # a CTE named like a loaded table, in an inner scope: the outer reference would be the private table
+    ("SELECT * FROM (WITH __dp_visits AS (SELECT * FROM regions) SELECT * FROM __dp_visits) a, __dp_visits b",
+     QueryRejected, "reserved"),
+])
+def test_public_queries_reach_no_private_row(session, sql, error, message) -> None:
+    with pytest.raises(error, match=message):
+        session.execute(sql)
+    assert session.spending("tester").queries == 0
+
+
+def test_facts_are_read_from_public_tables_only(session) -> None:
+    facts = session.engine.public_facts()
+    assert facts.max_rows_per_key("regions", ("urban",)) == 3
+    assert facts.column("departments", "specialty_group").values == ("emergency", "medical", "surgical")
+    assert facts.column("departments", "beds").lower == 10
+    with pytest.raises(ValueError, match="not a public table"):
+        facts.max_rows_per_key("visits", ("region",))
+
+
+@pytest.mark.parametrize("key", ['privacy_unit = "region"', "max_rows_per_unit = 2", "row_privacy = true",
+                                 'unit = "x"'])
+def test_a_public_table_declares_no_unit_or_bound(tmp_path: Path, key: str) -> None:
+    for name in VISITS_FILES:
+        shutil.copy(SAMPLE / name, tmp_path / name)
+    policy = tmp_path / "visits.toml"
+    policy.write_text(policy.read_text().replace("[tables.regions]\n", f"[tables.regions]\n{key}\n"))
+    with pytest.raises(PolicyError, match="a public table has no privacy unit"):
+        load_policy(policy)
