@@ -166,6 +166,18 @@ class PrivateSession:
         return PrivateResult(columns, answer.rows, answer.intervals, answer.noise_std, cost, spending, prepared.plan,
                              answer.released_groups, cached_at=answer.at or None)
 
+    def describe(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None, *,
+                 epsilon: float | None = None) -> list[OutputColumn]:
+        """The columns a query would release, without the data and without a charge (a wire Describe)."""
+        public = self._public_sql(sql, parameters)
+        if public is not None:
+            names, types = self.engine.describe_public(public)
+            return [OutputColumn(name, kind, False) for name, kind in zip(names, types, strict=True)]
+        prepared = self.prepare(sql, parameters, epsilon=epsilon)
+        query = prepared.plan.query
+        return [OutputColumn(name, kind, noisy) for name, kind, noisy in
+                zip(query.output_names, prepared.output_types, query.output_noisy, strict=True)]
+
     def _public_sql(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None) -> str | None:
         """The SQL to run if the query reads public tables only (None otherwise), decided once per text: asking
         again skips the parse, as prepare() does."""

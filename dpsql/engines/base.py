@@ -40,6 +40,10 @@ class Engine(ABC):
         """The column names, types and rows of a query that reads public tables only (analysis/public_query.py)."""
         raise NotImplementedError("this engine holds no public tables")
 
+    def describe_public(self, sql: str) -> tuple[list[str], list[str]]:
+        """The column names and types of a query that reads public tables only, without reading a row."""
+        raise NotImplementedError("this engine holds no public tables")
+
     @abstractmethod
     def interrupt(self) -> None:
         """Stop the query running on the data now (it then fails like any other: ExecutionFailed); nothing if none

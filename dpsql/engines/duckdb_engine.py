@@ -200,13 +200,15 @@ class DuckDBEngine(Engine):
             self._con.execute("BEGIN TRANSACTION")
             try:
                 with self._watchdog.running():
-                    cursor = self._con.execute(sql)
-                    rows = cursor.fetchall()
-                    return [d[0] for d in cursor.description], [str(d[1]) for d in cursor.description], rows
-            except duckdb.Error as exc:
-                raise QueryRejected(f"the query of public tables failed: {first_line(exc)}") from None
+                    return _public_answer(self._con, sql)
             finally:
                 self._con.execute("ROLLBACK")
+
+    def describe_public(self, sql: str) -> tuple[list[str], list[str]]:
+        """The column names and types of a query of public tables, from the empty twins (a wire Describe)."""
+        with self._lock:
+            names, types, _ = _public_answer(self._twin, sql)
+        return names, types
 
     def _fetch_exact(self, sql: str) -> list[tuple[Any, ...]]:
         """The rows of `sql`, every column Python cannot hold exactly fetched as its DuckDB text (lossless.py).
@@ -243,6 +245,15 @@ def data_version(policy: Policy) -> str:
                 stat = os.stat(name)
                 digest.update(repr((name, stat.st_size, stat.st_mtime_ns)).encode())
     return digest.hexdigest()
+
+
+def _public_answer(cursor: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[str], list[str], list[tuple]]:
+    try:
+        result = cursor.execute(sql)
+        rows = result.fetchall()
+    except duckdb.Error as exc:
+        raise QueryRejected(f"the query of public tables failed: {first_line(exc)}") from None
+    return [d[0] for d in result.description], [str(d[1]) for d in result.description], rows
 
 
 def _quote(name: str) -> str:

@@ -243,3 +243,14 @@ def test_intervals_on_adds_each_noisy_columns_interval_in_the_answer_and_in_desc
         assert caught.value.sqlstate == "22023"
         conn.execute("RESET dpsql.intervals")
         assert [c.name for c in conn.execute(sql, (61,)).description] == ["region", "n", "c"]
+
+
+def test_a_public_table_is_read_row_by_row_with_parameters_and_described_without_charge(served) -> None:
+    before = len(charges(served.policy))
+    with psycopg.connect(dsn(served), autocommit=True) as conn:
+        cursor = conn.execute("SELECT region, population FROM regions WHERE population > %s ORDER BY region",
+                              (900000,), prepare=True)  # Parse, Describe, Bind, Execute
+        assert [c.name for c in cursor.description] == ["region", "population"]
+        rows = cursor.fetchall()
+    assert rows and all(population > 900000 for _, population in rows)
+    assert len(charges(served.policy)) == before

@@ -517,10 +517,11 @@ class Connection:
         values = parameters if parameters is not None else [dummy_value(oid) for oid in statement.reported]
 
         def describe() -> tuple[tuple[str, str], ...]:
-            # The session's rehearsal found the output types when it prepared the question: no data, no charge.
-            prepared = session.prepare(statement.sql, values or None, epsilon=epsilon)
-            query = prepared.plan.query
-            return _columns(query.output_names, prepared.output_types, query.output_noisy, with_ci)
+            # The session's rehearsal found the output types when it prepared the question (a query of public
+            # tables: the empty twins did): no data, no charge.
+            columns = session.describe(statement.sql, values or None, epsilon=epsilon)
+            return _columns([c.name for c in columns], [c.type for c in columns], [c.noisy for c in columns],
+                            with_ci)
         return await self._with_engine(describe)
 
     async def _in_thread(self, work: Callable[..., T], *args: Any, **kwargs: Any) -> T:
