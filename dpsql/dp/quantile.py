@@ -22,9 +22,9 @@ Unlike -|lt(c) - q*n|, this score does not depend on n, so ties at a value are h
 
 MIN and MAX (q = 0, 1) with that score tie every candidate below the minimum at utility 0, and the mechanism would
 pick among them uniformly: the answer would sit anywhere between the lower bound and the minimum. Instead MIN
-targets a fixed small rank, u(c) = -|lt(c) - k| (and MAX -|gt(c) - k|), Delta = m, with k the mechanism's own rank
-error scale ceil((2m/epsilon) ln(K+1)) - public, so no 1/n. MIN is therefore "a value with about k rows below it",
-not the true extreme; see README.
+targets a fixed small rank, u(c) = -|lt(c) - k| (and MAX -|gt(c) - k|), Delta = m, with k the mechanism's own
+95% rank tail ceil((2m/epsilon) ln((K+1)/0.05)) (public, so no 1/n). MIN is therefore "a value with about k rows
+below it", not the true extreme; see README.
 
 Sampling (McKenna and Sheldon 2020, permute-and-flip): visit the candidates in a uniformly random order and stop
 at the first candidate c accepted with probability exp(-epsilon * (u* - u(c)) / (2 Delta)), u* the best utility.
@@ -133,8 +133,12 @@ Score = QuantileScore | ExtremeScore
 
 
 def extreme_rank(epsilon: Fraction, max_rows: int, grid: Grid) -> int:
-    """The rank MIN and MAX aim at: the scale of the mechanism's rank error, (2m/epsilon) ln(K + 1), rounded up."""
-    return math.ceil(2 * max_rows / float(epsilon) * math.log(grid.candidates))
+    """The rank MIN and MAX aim at: the mechanism's 95% utility tail (2m/epsilon) ln((K + 1)/0.05), rounded up.
+
+    Every candidate beyond the extreme has utility -k; with k at the tail, all of them together win with
+    probability at most 5%, so MIN lands beyond the minimum (towards the bound) at most 5% of the time. A smaller k
+    lets the many candidates beyond the extreme win often (with k = (2m/epsilon) ln(K+1) a test saw it)."""
+    return math.ceil(utility_tail(epsilon, Fraction(max_rows), grid.candidates))
 
 
 def _below_above(counts: Sequence[int]) -> tuple[list[int], list[int]]:
