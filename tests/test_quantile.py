@@ -14,6 +14,7 @@ from dpsql.dp.noise import InsecureSeededRandomForTests
 from dpsql.dp.quantile import (
     ExtremeScore,
     QuantileScore,
+    describe,
     extreme_rank,
     grid_for,
     permute_and_flip,
@@ -157,3 +158,11 @@ def test_unbounded_or_inverted_bounds_are_refused() -> None:
     for low, high in ((0.0, math.inf), (-math.inf, 0.0), (math.nan, 1.0), (2.0, 1.0)):
         with pytest.raises(ValueError, match="finite bounds"):
             grid_for(low, high, integer=False)
+
+
+def test_explain_names_the_mechanism_the_grid_and_the_rank_error() -> None:
+    grid = grid_for(1, 1001, integer=True)
+    text = describe(grid, QuantileScore(Fraction(1, 2), 1), Fraction(10))
+    assert "permute-and-flip" in text and "1001 candidates from 1 to 1001 in steps of 1" in text
+    assert "rank error at most 1.0 rows" in text
+    assert "rows below it (not the extreme)" in describe(grid, ExtremeScore(False, 3, 1), Fraction(1))

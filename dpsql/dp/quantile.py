@@ -156,10 +156,18 @@ def permute_and_flip(utilities: Sequence[Fraction], epsilon: Fraction, sensitivi
     if epsilon <= 0 or sensitivity <= 0:
         raise ValueError("epsilon and the sensitivity must be positive")
     best = max(utilities)
+    chosen: int | None = None
+    # Every candidate's coin is flipped, also after the first acceptance, and the later ones are discarded: the
+    # output law is permute-and-flip's, but the work no longer stops at the accepted candidate, so the running time
+    # does not tell how far down the random order it was (which would hint at the other candidates' utilities).
+    # Each coin's own time still depends on its gamma; that residue is noted in the README.
     for index in uniform_permutation(len(utilities), rng):
-        if bernoulli_exp(epsilon * (best - utilities[index]) / (2 * sensitivity), rng):
-            return index
-    raise AssertionError("permute-and-flip always accepts the best candidate")  # pragma: no cover
+        accepted = bernoulli_exp(epsilon * (best - utilities[index]) / (2 * sensitivity), rng)
+        if accepted and chosen is None:
+            chosen = index
+    if chosen is None:  # pragma: no cover - the best candidate's gamma is 0, so its coin always accepts
+        raise AssertionError("permute-and-flip always accepts the best candidate")
+    return chosen
 
 
 def release(counts: Sequence[int], score: Score, epsilon: Fraction, rng: RandomSource) -> int:
@@ -176,3 +184,16 @@ def utility_tail(epsilon: Fraction, sensitivity: Fraction, candidates: int, leve
     eq(c))|, eq(c) the rows at c, so t is the rank error in rows beyond the best candidate's (which is at most one
     bucket's rows)."""
     return float(2 * sensitivity / epsilon) * math.log(candidates / float(1 - level))
+
+
+def describe(grid: Grid, score: Score, epsilon: Fraction) -> str:
+    """What `dpsql explain` should say of a quantile cell: the mechanism, the grid and the expected rank error."""
+    tail = utility_tail(epsilon, score.sensitivity, grid.candidates)
+    if isinstance(score, ExtremeScore):
+        target = f"the value with {score.rank} rows {'above' if score.maximum else 'below'} it (not the extreme)"
+    else:
+        target = f"the {float(score.q):g} quantile"
+    return (f"permute-and-flip exponential mechanism for {target}, sensitivity {float(score.sensitivity):g} rows; "
+            f"{grid.candidates} candidates from {float(grid.low):g} to {float(grid.high):g} in steps of "
+            f"{float(grid.width):g}; rank error at most {tail:.1f} rows beyond the best candidate's with 95% "
+            "probability; no value interval")
