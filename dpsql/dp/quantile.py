@@ -1,0 +1,199 @@
+"""DP quantiles, MIN and MAX: the exponential mechanism's rank utility over a candidate grid, sampled exactly by
+permute-and-flip.
+
+The engine never hands rows to Python: it counts the (clamped, contribution-bounded) rows per candidate bucket,
+and everything here works from those counts, at most `Grid.candidates` integers per group.
+
+Grid. The bounds [low, high] are cut into K buckets of equal width w; candidate j is low + j*w, j = 0..K, and a
+value x falls in bucket floor((clamp(x) - low) / w). Rounding every row down to its candidate is a function of one
+row, so it changes no sensitivity; the released value is the quantile of the rounded data, at most w below the
+quantile of the data. K: integer columns whose range has at most MAX_INTEGER_CANDIDATES values get every integer
+(w = 1, no rounding at all); otherwise K = 2**GRID_BITS. Why 2**10: the rank error grows only with ln(K+1)
+(6.9 at K = 1024, 8.3 at 4096) while the rounding error w = (high - low)/1024 is 0.1% of the range, below the
+mechanism's own value error at any epsilon dpsql is used with; a finer grid costs engine work and rank error for
+no visible gain.
+
+Utility (OpenDP's discrete_quantile_score, Smith 2011): with lt(c) rows below candidate c and gt(c) rows above,
+    u(c) = -|(1 - q) * lt(c) - q * gt(c)|,
+which is 0 where c splits the rows q : (1 - q). Adding or removing one row moves lt or gt (not both) by 1, so
+every u(c) by at most max(q, 1 - q); one unit adds or removes at most m rows (the contribution bound), so the
+sensitivity is Delta = m * max(q, 1 - q) <= m, for add/remove neighbours, the only ones dpsql uses (dp-notes 1).
+Unlike -|lt(c) - q*n|, this score does not depend on n, so ties at a value are handled symmetrically.
+
+MIN and MAX (q = 0, 1) with that score tie every candidate below the minimum at utility 0, and the mechanism would
+pick among them uniformly: the answer would sit anywhere between the lower bound and the minimum. Instead MIN
+targets a fixed small rank, u(c) = -|lt(c) - k| (and MAX -|gt(c) - k|), Delta = m, with k the mechanism's own
+95% rank tail ceil((2m/epsilon) ln((K+1)/0.05)) (public, so no 1/n). MIN is therefore "a value with about k rows
+below it", not the true extreme; see README.
+
+Sampling (McKenna and Sheldon 2020, permute-and-flip): visit the candidates in a uniformly random order and stop
+at the first candidate c accepted with probability exp(-epsilon * (u* - u(c)) / (2 Delta)), u* the best utility.
+The best candidate is always accepted, so one pass suffices. It is epsilon-DP (the utility need not be monotone)
+and its expected error is never worse than the exponential mechanism's. With epsilon and q exact rationals every
+acceptance is bernoulli_exp of a Fraction: no float enters a probability, so Mironov-style gaps cannot arise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from itertools import accumulate
+
+from dpsql.dp.noise import RandomSource, bernoulli_exp, uniform_permutation
+
+GRID_BITS = 10
+MAX_INTEGER_CANDIDATES = 1 << 12
+LEVEL = Fraction(95, 100)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Candidates low + j * width for j = 0..buckets; exact rationals, so the grid is the same on every run."""
+
+    low: Fraction
+    width: Fraction
+    buckets: int  # K: candidates = K + 1
+
+    @property
+    def candidates(self) -> int:
+        return self.buckets + 1
+
+    @property
+    def high(self) -> Fraction:
+        return self.low + self.width * self.buckets
+
+    def value(self, index: int) -> float:
+        """Candidate `index` as a number (within the bounds by construction)."""
+        if not 0 <= index <= self.buckets:
+            raise IndexError("no such candidate")
+        return float(self.low + self.width * index)
+
+    def bucket(self, x: float) -> int:
+        """The candidate a value is rounded down to (what the engine computes per row, clamped to the bounds)."""
+        clamped = min(max(Fraction(x), self.low), self.high)
+        return min(math.floor((clamped - self.low) / self.width), self.buckets)
+
+
+def grid_for(low: float, high: float, integer: bool) -> Grid:
+    """The candidate grid of a bounded argument (see the module docstring for the choice of K)."""
+    if not (math.isfinite(low) and math.isfinite(high)) or low > high:
+        raise ValueError("a quantile needs finite bounds low <= high")
+    lo, hi = Fraction(low), Fraction(high)
+    if lo == hi:
+        return Grid(lo, Fraction(1), 0)
+    if integer and lo.denominator == 1 and hi.denominator == 1 and hi - lo < MAX_INTEGER_CANDIDATES:
+        return Grid(lo, Fraction(1), int(hi - lo))
+    buckets = 1 << GRID_BITS
+    return Grid(lo, (hi - lo) / buckets, buckets)
+
+
+@dataclass(frozen=True)
+class QuantileScore:
+    """u(c) = -|(1 - q) lt(c) - q gt(c)| from the per-candidate counts; Delta = m * max(q, 1 - q)."""
+
+    q: Fraction
+    max_rows: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.q <= 1:
+            raise ValueError("a quantile's q must be between 0 and 1")
+        if self.max_rows < 1:
+            raise ValueError("the contribution bound must be at least 1")
+
+    @property
+    def sensitivity(self) -> Fraction:
+        return self.max_rows * max(self.q, 1 - self.q)
+
+    def utilities(self, counts: Sequence[int]) -> list[Fraction]:
+        below, above = _below_above(counts)
+        return [-abs((1 - self.q) * lt - self.q * gt) for lt, gt in zip(below, above, strict=True)]
+
+
+@dataclass(frozen=True)
+class ExtremeScore:
+    """MIN (u(c) = -|lt(c) - k|) or MAX (u(c) = -|gt(c) - k|); Delta = m. k is public (extreme_rank)."""
+
+    maximum: bool
+    rank: int
+    max_rows: int
+
+    @property
+    def sensitivity(self) -> Fraction:
+        return Fraction(self.max_rows)
+
+    def utilities(self, counts: Sequence[int]) -> list[Fraction]:
+        below, above = _below_above(counts)
+        beyond = above if self.maximum else below
+        return [Fraction(-abs(n - self.rank)) for n in beyond]
+
+
+Score = QuantileScore | ExtremeScore
+
+
+def extreme_rank(epsilon: Fraction, max_rows: int, grid: Grid) -> int:
+    """The rank MIN and MAX aim at: the mechanism's 95% utility tail (2m/epsilon) ln((K + 1)/0.05), rounded up.
+
+    Every candidate beyond the extreme has utility -k; with k at the tail, all of them together win with
+    probability at most 5%, so MIN lands beyond the minimum (towards the bound) at most 5% of the time. A smaller k
+    lets the many candidates beyond the extreme win often (with k = (2m/epsilon) ln(K+1) a test saw it)."""
+    return math.ceil(utility_tail(epsilon, Fraction(max_rows), grid.candidates))
+
+
+def _below_above(counts: Sequence[int]) -> tuple[list[int], list[int]]:
+    """lt(c_j) and gt(c_j) for every candidate, from the rows rounded to each candidate."""
+    if any(c < 0 for c in counts):
+        raise ValueError("bucket counts are never negative")
+    below = [0, *accumulate(counts)][:-1]
+    n = sum(counts)
+    return below, [n - lt - c for lt, c in zip(below, counts, strict=True)]
+
+
+def permute_and_flip(utilities: Sequence[Fraction], epsilon: Fraction, sensitivity: Fraction,
+                     rng: RandomSource) -> int:
+    """The index of the chosen candidate: epsilon-DP when one unit moves every utility by at most `sensitivity`."""
+    if epsilon <= 0 or sensitivity <= 0:
+        raise ValueError("epsilon and the sensitivity must be positive")
+    best = max(utilities)
+    chosen: int | None = None
+    # Every candidate's coin is flipped, also after the first acceptance, and the later ones are discarded: the
+    # output law is permute-and-flip's, but the work no longer stops at the accepted candidate, so the running time
+    # does not tell how far down the random order it was (which would hint at the other candidates' utilities).
+    # Each coin's own time still depends on its gamma; that residue is noted in the README.
+    for index in uniform_permutation(len(utilities), rng):
+        accepted = bernoulli_exp(epsilon * (best - utilities[index]) / (2 * sensitivity), rng)
+        if accepted and chosen is None:
+            chosen = index
+    if chosen is None:  # pragma: no cover - the best candidate's gamma is 0, so its coin always accepts
+        raise AssertionError("permute-and-flip always accepts the best candidate")
+    return chosen
+
+
+def release(counts: Sequence[int], score: Score, epsilon: Fraction, rng: RandomSource) -> int:
+    """One group's DP quantile (or MIN/MAX): the index of a candidate, from its bucket counts."""
+    return permute_and_flip(score.utilities(counts), epsilon, score.sensitivity, rng)
+
+
+def utility_tail(epsilon: Fraction, sensitivity: Fraction, candidates: int, level: Fraction = LEVEL) -> float:
+    """t with P(u* - u(released) >= t) <= 1 - level: (2 Delta / epsilon) ln(candidates / (1 - level)).
+
+    Permute-and-flip's output is at least as concentrated as the exponential mechanism's (McKenna and Sheldon,
+    theorem 2), whose tail is the union bound over at most `candidates` candidates with utility below u* - t,
+    each exp(-epsilon t / (2 Delta)) times as likely as the best. Utility is in rows: -u(c) = |lt(c) - q (n -
+    eq(c))|, eq(c) the rows at c, so t is the rank error in rows beyond the best candidate's (which is at most one
+    bucket's rows)."""
+    return float(2 * sensitivity / epsilon) * math.log(candidates / float(1 - level))
+
+
+def describe(grid: Grid, score: Score, epsilon: Fraction) -> str:
+    """What `dpsql explain` should say of a quantile cell: the mechanism, the grid and the expected rank error."""
+    tail = utility_tail(epsilon, score.sensitivity, grid.candidates)
+    if isinstance(score, ExtremeScore):
+        target = f"the value with {score.rank} rows {'above' if score.maximum else 'below'} it (not the extreme)"
+    else:
+        target = f"the {float(score.q):g} quantile"
+    return (f"permute-and-flip exponential mechanism for {target}, sensitivity {float(score.sensitivity):g} rows; "
+            f"{grid.candidates} candidates from {float(grid.low):g} to {float(grid.high):g} in steps of "
+            f"{float(grid.width):g}; rank error at most {tail:.1f} rows beyond the best candidate's with 95% "
+            "probability; no value interval")

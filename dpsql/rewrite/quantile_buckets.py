@@ -1,0 +1,59 @@
+"""The engine's half of a DP quantile: rows per (group, candidate bucket), never the rows themselves.
+
+`bucket_counts` wraps the bounded rows of a query (already filtered and capped at m rows per unit by the usual
+passes) in one GROUP BY: for each group and each candidate of dp/quantile.Grid that some row rounds down to, the
+number of such rows. Python then holds at most #candidates integers per group (dp/quantile.py turns them into
+every candidate's utility by cumulative sums).
+
+Privacy: the bucket of a row is a function of that row alone (clamp to the bounds, then floor onto the grid), so
+one unit still changes at most m rows, each of which moves from one bucket to none or back; that is the
+sensitivity dp/quantile.py uses. The bucket index is computed in the engine's floats: rounding at a bucket edge
+may put a value in the neighbouring bucket, which is again a function of the row only (an accuracy matter of at
+most one grid step, not a privacy one). Rows whose argument is NULL are not counted, as in SQL's quantiles.
+Counts of the buckets themselves are never released: only the candidate the mechanism picks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlglot import exp
+
+from dpsql.dp.quantile import Grid
+
+BUCKET = "__dp_bucket"
+ROWS = "__dp_rows"
+
+
+def bucket_of(argument: exp.Expression, grid: Grid) -> exp.Expression:
+    """floor((clamp(x) - low) / width), clamped to [0, K]: the candidate a row is rounded down to."""
+    value = exp.cast(argument.copy(), "DOUBLE")
+    low, width = float(grid.low), float(grid.width)
+    scaled = exp.Floor(this=exp.Div(this=exp.paren(exp.Sub(this=value, expression=exp.Literal.number(repr(low)))),
+                                    expression=exp.Literal.number(repr(width))))
+    inside = exp.Greatest(this=scaled, expressions=[exp.Literal.number(0)])
+    return exp.cast(exp.Least(this=inside, expressions=[exp.Literal.number(grid.buckets)]), "BIGINT")
+
+
+def bucket_counts(bounded: exp.Select, keys: Sequence[str], argument: exp.Expression, grid: Grid) -> exp.Select:
+    """SELECT keys, bucket, COUNT(*) over the bounded rows, grouped by both (one row per occupied bucket)."""
+    source = exp.Subquery(this=bounded.copy(), alias=exp.TableAlias(this=exp.to_identifier("__dp_bounded")))
+    columns = [exp.column(key) for key in keys]
+    return (exp.select(*columns, exp.alias_(bucket_of(argument, grid), BUCKET),
+                       exp.alias_(exp.Count(this=exp.Star()), ROWS))
+            .from_(source)
+            .where(argument.copy().is_(exp.null()).not_())
+            .group_by(*[exp.column(key) for key in keys], exp.column(BUCKET)))
+
+
+def count_vectors(rows: Iterable[Sequence[Any]], keys: int, grid: Grid) -> dict[tuple, list[int]]:
+    """The engine's (keys..., bucket, rows) result as one count per candidate for each group seen.
+
+    Which groups are released (public keys, partition selection) is the planner's business, as for every other
+    aggregate; a public group with no row gets all zeros from the caller."""
+    vectors: dict[tuple, list[int]] = {}
+    for row in rows:
+        key, bucket, count = tuple(row[:keys]), int(row[keys]), int(row[keys + 1])
+        vectors.setdefault(key, [0] * grid.candidates)[bucket] += count
+    return vectors

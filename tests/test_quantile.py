@@ -1,0 +1,168 @@
+"""The quantile mechanism (dp/quantile.py): grid, utility sensitivity, exact permute-and-flip, accuracy, refusals."""
+
+from __future__ import annotations
+
+import math
+import random
+from fractions import Fraction
+from itertools import permutations
+
+import pytest
+from scipy.stats import binom
+
+from dpsql.dp.noise import InsecureSeededRandomForTests
+from dpsql.dp.quantile import (
+    ExtremeScore,
+    QuantileScore,
+    describe,
+    extreme_rank,
+    grid_for,
+    permute_and_flip,
+    release,
+    utility_tail,
+)
+
+SEED = 10
+
+
+def pf_probabilities(utilities: list[Fraction], epsilon: Fraction, sensitivity: Fraction) -> list[float]:
+    """Permute-and-flip's exact output distribution, by enumerating every order (small candidate sets only)."""
+    best = max(utilities)
+    accept = [math.exp(-float(epsilon * (best - u) / (2 * sensitivity))) for u in utilities]
+    out = [0.0] * len(utilities)
+    orders = list(permutations(range(len(utilities))))
+    for order in orders:
+        reach = 1.0
+        for i in order:
+            out[i] += reach * accept[i] / len(orders)
+            reach *= 1 - accept[i]
+    return out
+
+
+def test_the_grid_takes_every_integer_of_a_small_range_and_2_to_the_10_buckets_otherwise() -> None:
+    small = grid_for(1, 1001, integer=True)
+    assert (small.candidates, small.value(0), small.value(1000), small.bucket(17)) == (1001, 1.0, 1001.0, 16)
+    wide = grid_for(0.0, 1e6, integer=True)
+    assert wide.buckets == 1024 and wide.value(1024) == 1e6
+    real = grid_for(-1.5, 2.5, integer=False)
+    assert (real.bucket(-99), real.bucket(2.5), real.bucket(99), real.bucket(0.0)) == (0, 1024, 1024, 384)
+    assert grid_for(3, 3, integer=True).candidates == 1
+
+
+@pytest.mark.parametrize("q", [Fraction(0), Fraction(1, 10), Fraction(1, 2), Fraction(9, 10), Fraction(1)])
+@pytest.mark.parametrize("m", [1, 3])
+def test_one_unit_moves_every_utility_by_at_most_the_sensitivity(q: Fraction, m: int) -> None:
+    """Removing one unit (up to m rows, anywhere on the grid, ties included) from random data."""
+    rng = random.Random(SEED)
+    scores = [QuantileScore(q, m), ExtremeScore(False, 4, m), ExtremeScore(True, 4, m)]
+    worst = {score: Fraction(0) for score in scores}
+    for _ in range(300):
+        counts = [rng.choice([0, 0, 1, 2, 5]) for _ in range(rng.randint(1, 12))]
+        removed = list(counts)
+        for _ in range(rng.randint(1, m)):
+            occupied = [j for j, c in enumerate(removed) if c]
+            if occupied:
+                removed[rng.choice(occupied)] -= 1
+        for score in scores:
+            moved = max(abs(a - b) for a, b in zip(score.utilities(counts), score.utilities(removed), strict=True))
+            assert moved <= score.sensitivity, (score, counts, removed)
+            worst[score] = max(worst[score], moved)
+    # The bound is tight (a test that could not fail would prove nothing).
+    assert all(worst[score] == score.sensitivity for score in scores), worst
+
+
+def test_permute_and_flip_is_epsilon_dp_exactly_on_neighbours() -> None:
+    """Exact output probabilities on D and D' = D plus one unit of m rows: every ratio within e^epsilon."""
+    epsilon, m, q = Fraction(1), 2, Fraction(1, 2)
+    d = [1, 0, 2, 1, 0]
+    worst = 0.0
+    for a in range(5):
+        for b in range(5):
+            neighbour = list(d)
+            neighbour[a] += 1
+            neighbour[b] += 1
+            score = QuantileScore(q, m)
+            p = pf_probabilities(score.utilities(d), epsilon, score.sensitivity)
+            r = pf_probabilities(score.utilities(neighbour), epsilon, score.sensitivity)
+            worst = max(worst, *(abs(math.log(x / y)) for x, y in zip(p, r, strict=True)))
+    assert worst <= float(epsilon) + 1e-12
+    assert worst > 0.3 * float(epsilon)  # the neighbours are far enough apart for the check to mean something
+
+
+def test_the_sampler_draws_permute_and_flips_distribution() -> None:
+    utilities = [Fraction(0), Fraction(-1), Fraction(-3), Fraction(-1, 2)]
+    expected = pf_probabilities(utilities, Fraction(1), Fraction(1))
+    rng = InsecureSeededRandomForTests(SEED)
+    draws = 20000
+    seen = [0] * 4
+    for _ in range(draws):
+        seen[permute_and_flip(utilities, Fraction(1), Fraction(1), rng)] += 1
+    for count, p in zip(seen, expected, strict=True):
+        # Each count within its two-sided binomial 1e-4 quantiles (Bonferroni over 4 cells stays below 1e-3).
+        assert binom.ppf(1e-4, draws, p) <= count <= binom.isf(1e-4, draws, p), (seen, expected)
+
+
+def test_the_median_of_1_to_1001_at_epsilon_10_lands_near_501() -> None:
+    grid = grid_for(1, 1001, integer=True)
+    counts = [1] * grid.candidates
+    rng = InsecureSeededRandomForTests(SEED)
+    medians = [grid.value(release(counts, QuantileScore(Fraction(1, 2), 1), Fraction(10), rng)) for _ in range(50)]
+    assert all(abs(v - 501) <= 4 for v in medians), medians
+
+
+def test_min_and_max_aim_at_a_small_public_rank_not_at_the_bounds() -> None:
+    grid = grid_for(0, 4000, integer=True)
+    counts = [0] * grid.candidates
+    for x in range(1000, 3001):
+        counts[grid.bucket(x)] += 1
+    epsilon = Fraction(1)
+    k = extreme_rank(epsilon, 1, grid)
+    rng = InsecureSeededRandomForTests(SEED)
+    draws = 60
+    lows = [grid.value(release(counts, ExtremeScore(False, k, 1), epsilon, rng)) for _ in range(draws)]
+    highs = [grid.value(release(counts, ExtremeScore(True, k, 1), epsilon, rng)) for _ in range(draws)]
+    tail = utility_tail(epsilon, Fraction(1), grid.candidates)
+    # Beyond the extreme at most 5% of the time (extreme_rank); else within k + tail of it. A uniform pick among
+    # the candidates below the minimum (what q = 0 would do) would land near 500. Tolerance: P(X > 8) < 0.003.
+    assert binom.sf(8, draws, 0.05) < 0.003
+    assert sum(not 1000 <= v <= 1000 + k + tail for v in lows) <= 8, lows
+    assert sum(not 3000 - k - tail <= v <= 3000 for v in highs) <= 8, highs
+
+
+def test_the_rank_error_stays_within_the_95_percent_tail() -> None:
+    """Coverage of the rank interval [q n - t, q n + t]: at least 95% up to a binomial tolerance."""
+    grid = grid_for(0, 999, integer=True)
+    rng_data = random.Random(SEED)
+    counts = [0] * grid.candidates
+    values = [min(999, int(rng_data.expovariate(1 / 150))) for _ in range(400)]
+    for x in values:
+        counts[grid.bucket(x)] += 1
+    q, epsilon = Fraction(1, 4), Fraction(1, 2)
+    score = QuantileScore(q, 1)
+    utilities = score.utilities(counts)
+    t = utility_tail(epsilon, score.sensitivity, grid.candidates)
+    rng = InsecureSeededRandomForTests(SEED)
+    trials = 400
+    misses = sum(max(utilities) - utilities[release(counts, score, epsilon, rng)] > t for _ in range(trials))
+    # Misses ~ Binomial(trials, p <= 0.05): fail only when P(X >= misses | p = 0.05) < 1e-3.
+    assert binom.sf(misses - 1, trials, 0.05) >= 1e-3, misses
+
+
+@pytest.mark.parametrize("q", [Fraction(-1, 10), Fraction(11, 10)])
+def test_q_outside_0_1_is_refused(q: Fraction) -> None:
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        QuantileScore(q, 1)
+
+
+def test_unbounded_or_inverted_bounds_are_refused() -> None:
+    for low, high in ((0.0, math.inf), (-math.inf, 0.0), (math.nan, 1.0), (2.0, 1.0)):
+        with pytest.raises(ValueError, match="finite bounds"):
+            grid_for(low, high, integer=False)
+
+
+def test_explain_names_the_mechanism_the_grid_and_the_rank_error() -> None:
+    grid = grid_for(1, 1001, integer=True)
+    text = describe(grid, QuantileScore(Fraction(1, 2), 1), Fraction(10))
+    assert "permute-and-flip" in text and "1001 candidates from 1 to 1001 in steps of 1" in text
+    assert "rank error at most 1.0 rows" in text
+    assert "rows below it (not the extreme)" in describe(grid, ExtremeScore(False, 3, 1), Fraction(1))
