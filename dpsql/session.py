@@ -103,8 +103,8 @@ class PrivateSession:
         if prepared is None:
             parsed = parse(sql, parameters)
             canonical = parsed.tree.sql(DIALECT, comments=False)
-            query_plan = plan(check(normalize(parsed, self.policy), self.policy, VOCABULARY,
-                                    self.engine.public_facts()), budget)
+            facts = self.engine.public_facts()
+            query_plan = plan(check(normalize(parsed, self.policy, facts), self.policy, VOCABULARY, facts), budget)
             bounded = rewrite(query_plan)
             key_types = self.engine.dry_run(bounded.sql)[:bounded.key_count]
             prepared = PreparedQuery(query_plan, bounded, key_types, self._rehearse(query_plan, key_types), canonical)

@@ -7,7 +7,9 @@ each one, and tests/test_normalize.py runs generated queries both ways in DuckDB
 - row-level subqueries in FROM, and column aliases on a table, are merged into the SELECT that reads them
   (analysis/flatten.py);
 - GROUP BY ALL becomes the list of select items it stands for;
-- an aggregate's FILTER (WHERE c) moves into its argument as CASE WHEN c THEN x END.
+- an aggregate's FILTER (WHERE c) moves into its argument as CASE WHEN c THEN x END;
+- `x IN (SELECT ...)` over public tables only becomes `x IN (v1, v2, ...)`, the subquery's values: they are public
+  data, read from the public tables (the one place this stage reads data, and never a private row).
 The checker then sees one SELECT over one table, and what it checks is what runs: nothing here reads the data, and
 the rewrite neither adds a row nor a column the written query did not read. What it cannot rewrite exactly stays
 as written, for the checker to refuse or to handle. The outputs keep the names the analyst's SQL gives them.
@@ -21,9 +23,11 @@ from sqlglot import exp
 
 from dpsql.analysis.check import written_output_names
 from dpsql.analysis.flatten import flatten, has_aggregate, refuse_oversized
+from dpsql.analysis.public_facts import PublicFacts
+from dpsql.analysis.public_query import public_sql
 from dpsql.errors import QueryRejected
 from dpsql.policy import Policy
-from dpsql.sql.parse import DIALECT, ParsedQuery
+from dpsql.sql.parse import DIALECT, ParsedQuery, literal
 
 # Aggregates that skip NULL arguments (so a FILTER can become a CASE without ELSE inside them) and read their
 # filtered values from `this` only (a quantile's fraction is a constant argument beside it).
@@ -32,12 +36,15 @@ _NULL_SKIPPING = tuple(getattr(exp, name) for name in (
     "Quantile", "PercentileCont", "PercentileDisc", "ApproxQuantile") if hasattr(exp, name))
 
 
-def normalize(parsed: ParsedQuery, policy: Policy) -> ParsedQuery:
-    """The query in the checker's form; the very same ParsedQuery when there is nothing to rewrite."""
+def normalize(parsed: ParsedQuery, policy: Policy, facts: PublicFacts | None = None) -> ParsedQuery:
+    """The query in the checker's form; the very same ParsedQuery when there is nothing to rewrite. `facts` reads
+    public tables (for IN over them); without it such an IN is left as written."""
     if not _has_work(parsed.tree):
         return parsed
     tree = parsed.tree.copy()
     _inline_ctes(tree, policy)
+    if facts is not None:
+        _public_in_lists(tree, policy, facts)
     flatten(tree, policy)
     _expand_group_by_all(tree)
     _unfilter_aggregates(tree)
@@ -52,7 +59,38 @@ def _has_work(tree: exp.Select) -> bool:
             return True
         if isinstance(node, exp.TableAlias) and node.args.get("columns"):
             return True
+        if isinstance(node, exp.In) and node.args.get("query") is not None:
+            return True
     return False
+
+
+# The most values an IN list read from a public table may hold (as many as a declared public domain).
+MAX_IN_VALUES = 10_000
+
+
+def _public_in_lists(tree: exp.Select, policy: Policy, facts: PublicFacts) -> None:
+    """`x IN (SELECT c FROM departments WHERE ...)`, where the subquery reads declared public tables only (and is
+    not correlated: it runs on its own), is `x IN (v1, ..., vn)` with its distinct values: the same truth value for
+    every x, NULL among the values included (so NOT IN keeps its NULL semantics), and FALSE for no values (as IN
+    over an empty subquery is). The values are public data; the checker then sees a plain IN list, whose per-row
+    cost it bounds as any other. A subquery that reads a private table, fails on its own or returns more than
+    MAX_IN_VALUES values is left as written, for the checker to refuse."""
+    for node in list(tree.find_all(exp.In)):
+        query = node.args.get("query")
+        if query is None:
+            continue
+        inner = query.this if isinstance(query, exp.Subquery) else query
+        if not isinstance(inner, exp.Query):
+            continue
+        try:
+            resolved = public_sql(ParsedQuery(inner.sql(DIALECT), inner), policy)
+        except QueryRejected:
+            continue
+        values = facts.values(resolved, MAX_IN_VALUES) if resolved is not None else None
+        if values is None:
+            continue
+        listed = exp.In(this=node.this.copy(), expressions=[literal(v) for v in values]) if values else exp.false()
+        node.replace(listed)
 
 
 def _inline_ctes(tree: exp.Select, policy: Policy) -> None:

@@ -23,3 +23,7 @@ class PublicFacts(Protocol):
 
     def column(self, table: str, column: str) -> ColumnFacts:
         """The range and distinct values of one column of public `table`."""
+
+    def values(self, sql: str, limit: int) -> tuple[Any, ...] | None:
+        """The distinct values of the one column of `sql`, a query of public tables only (public_query.py resolved
+        it: every table a declared public one); None if there are more than `limit` or the query fails."""

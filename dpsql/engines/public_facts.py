@@ -6,6 +6,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import duckdb
+import sqlglot
 from sqlglot import exp
 
 from dpsql.analysis.public_facts import ColumnFacts
@@ -62,3 +64,16 @@ class DuckDBPublicFacts:
         rows = self._cached(("values", table, column), distinct)
         values = tuple(r[0] for r in rows) if 0 < len(rows) <= MAX_DOMAIN else None
         return ColumnFacts(lower, upper, values)
+
+    def values(self, sql: str, limit: int) -> tuple[Any, ...] | None:
+        # `sql` came from analysis/public_query.py: every table in it is a declared public table's loaded copy.
+        # In order (NULL last), so the same values always give the same SQL text: one plan, one cache entry.
+        distinct = exp.select("*").distinct().from_(sqlglot.parse_one(sql, read=DIALECT).subquery("v")) \
+            .order_by(exp.Ordered(this=exp.Literal.number(1), nulls_first=False)).limit(limit + 1)
+        try:
+            rows = self._cached(("query", sql, limit), distinct)
+        except duckdb.Error:
+            return None
+        if len(rows) > limit or any(len(row) != 1 for row in rows):
+            return None
+        return tuple(row[0] for row in rows)

@@ -1,0 +1,71 @@
+"""`x IN (SELECT ... FROM <public tables>)`: the subquery's values are public data, so the normaliser lists them
+(analysis/normalize.py). The answer is the one of the hand-written IN list: same bounded SQL, same noise, same cost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlglot import exp
+
+from benchmarks.support import seeded
+from dpsql.analysis.normalize import normalize
+from dpsql.errors import QueryRejected
+from dpsql.session import PrivateSession
+from dpsql.sql.parse import parse
+
+
+def _session(policy: Path) -> PrivateSession:
+    return PrivateSession(policy, "tester", rng=seeded(11), bounding_seed=5)
+
+
+@pytest.mark.parametrize(("written", "listed"), [
+    ("SELECT region, COUNT(*) FROM visits WHERE department IN (SELECT department FROM departments "
+     "WHERE specialty_group = 'medical') GROUP BY region",
+     "SELECT region, COUNT(*) FROM visits WHERE department IN ('cardiology', 'dermatology', 'general', "
+     "'neurology', 'oncology', 'pediatrics') GROUP BY region"),
+    # NOT IN over values holding NULL is never TRUE: the listed form keeps the NULL, so it means the same.
+    ("SELECT COUNT(*), AVG(cost) FROM visits WHERE department NOT IN (SELECT CASE WHEN floor > 2 THEN department "
+     "END FROM departments)",
+     "SELECT COUNT(*), AVG(cost) FROM visits WHERE department NOT IN ('cardiology', 'neurology', 'oncology', NULL)"),
+    ("SELECT COUNT(*) FROM visits WHERE age > 30 AND region IN (SELECT region FROM regions WHERE urban)",
+     "SELECT COUNT(*) FROM visits WHERE age > 30 AND region IN ('central', 'south', 'west')"),
+])
+def test_the_answer_is_that_of_the_listed_values(visits_policy: Path, written: str, listed: str) -> None:
+    answers = []
+    for sql in (written, listed):
+        session = _session(visits_policy)
+        try:
+            result = session.execute(sql)
+            answers.append((sorted(result.rows, key=repr), result.cost, session.prepare(sql).bounded.sql))
+        finally:
+            session.close()
+    assert answers[0] == answers[1]
+
+
+def test_an_empty_subquery_is_false_and_not_in_it_true(visits_policy: Path) -> None:
+    session = _session(visits_policy)
+    try:
+        facts = session.engine.public_facts()
+        tree = normalize(parse("SELECT COUNT(*) FROM visits WHERE department IN (SELECT department FROM departments "
+                               "WHERE floor > 99) OR NOT region IN (SELECT region FROM regions WHERE population < 0)"),
+                         session.policy, facts).tree
+        assert tree.args["where"].this == exp.or_(exp.false(), exp.not_(exp.false()))
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize("sql", [
+    # a private table inside: its values are not public
+    "SELECT COUNT(*) FROM visits WHERE patient_id IN (SELECT patient_id FROM patients WHERE sex = 'F')",
+    # correlated: it cannot run on its own, so it is left for the checker
+    "SELECT COUNT(*) FROM visits v WHERE department IN (SELECT department FROM departments d WHERE d.floor = v.age)",
+])
+def test_other_subqueries_are_left_for_the_checker_to_refuse(visits_policy: Path, sql: str) -> None:
+    session = _session(visits_policy)
+    try:
+        with pytest.raises(QueryRejected, match="subqueries are not supported"):
+            session.execute(sql)
+        assert session.spending("tester").queries == 0
+    finally:
+        session.close()
