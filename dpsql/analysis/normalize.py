@@ -9,7 +9,9 @@ each one, and tests/test_normalize.py runs generated queries both ways in DuckDB
 - GROUP BY ALL becomes the list of select items it stands for;
 - an aggregate's FILTER (WHERE c) moves into its argument as CASE WHEN c THEN x END;
 - `x IN (SELECT ...)` over public tables only becomes `x IN (v1, v2, ...)`, the subquery's values: they are public
-  data, read from the public tables (the one place this stage reads data, and never a private row).
+  data, read from the public tables (the one place this stage reads data, and never a private row);
+- `unit IN (SELECT unit FROM private_table WHERE ...)`, a condition of the WHERE, becomes a join with that table's
+  qualifying units, one row each: the checker's join rules then decide (the same privacy unit on both sides).
 The checker then sees one SELECT over one table, and what it checks is what runs: nothing here reads the data, and
 the rewrite neither adds a row nor a column the written query did not read. What it cannot rewrite exactly stays
 as written, for the checker to refuse or to handle. The outputs keep the names the analyst's SQL gives them.
@@ -46,6 +48,7 @@ def normalize(parsed: ParsedQuery, policy: Policy, facts: PublicFacts | None = N
     if facts is not None:
         _public_in_lists(tree, policy, facts)
     flatten(tree, policy)
+    _unit_semijoins(tree, policy)
     _expand_group_by_all(tree)
     _unfilter_aggregates(tree)
     return replace(parsed, tree=tree, output_names=written_output_names(parsed))
@@ -118,6 +121,62 @@ def _inline_ctes(tree: exp.Select, policy: Policy) -> None:
                              "the query with its CTEs inlined")
             for table in references:
                 table.replace(_inlined(cte, table))
+
+
+def _unit_semijoins(tree: exp.Select, policy: Policy) -> None:
+    """`u IN (SELECT u2 FROM t2 [WHERE c])` as one of the AND-ed conditions of the outer WHERE, t2 a private table:
+    the rows whose u is one of the units t2 has a row with c for. That is an inner join with those units, grouped
+    so that each appears once (no row is repeated): `JOIN (SELECT u2 AS k FROM t2 WHERE c GROUP BY u2) AS k ON
+    u = k.k`. The checker then applies its join rules, so this is accepted only when u and u2 are the same privacy
+    unit: a per-unit subquery with one row per unit (m = 1), which does not raise the outer bound. One difference
+    with the written IN, and it is the price of the bound: t2's rows are capped at its max_rows_per_unit before c is
+    applied, so a unit whose only qualifying row is beyond the cap does not qualify (none can be, when t2 has one row
+    per unit, as a person table does). Under OR or NOT the IN is left as written (a join only ANDs), and refused."""
+    where = tree.args.get("where")
+    if where is None:
+        return
+    conditions = list(where.this.flatten()) if isinstance(where.this, exp.And) else [where.this]
+    kept = []
+    for condition in conditions:
+        join = _unit_semijoin(condition, tree, policy)
+        if join is None:
+            kept.append(condition)
+        else:
+            tree.append("joins", join)
+    if len(kept) < len(conditions):
+        tree.set("where", exp.Where(this=exp.and_(*kept)) if kept else None)
+
+
+def _unit_semijoin(condition: exp.Expression, tree: exp.Select, policy: Policy) -> exp.Join | None:
+    query = condition.args.get("query") if isinstance(condition, exp.In) else None
+    inner = query.this if isinstance(query, exp.Subquery) else query
+    if not isinstance(condition.this, exp.Column) or not isinstance(inner, exp.Select):
+        return None
+    source = inner.args.get("from_")
+    if source is None or not isinstance(source.this, exp.Table) or len(inner.expressions) != 1 or any(
+            inner.args.get(k) for k in ("joins", "group", "having", "order", "limit", "offset", "distinct", "with_",
+                                        "qualify", "windows", "laterals")):
+        return None
+    selected = inner.expressions[0].unalias()
+    table = policy.table(source.this.name) if isinstance(source.this.this, exp.Identifier) else None
+    if not isinstance(selected, exp.Column) or table is None or table.public or has_aggregate(inner):
+        return None
+    own = {source.this.alias_or_name.lower(), table.name.lower()}
+    for column in inner.find_all(exp.Column):  # correlated: it reads the outer query, which a join cannot
+        if column.table.lower() not in own if column.table else column.name not in table.columns:
+            return None
+    outer = condition.this.copy()
+    if not outer.table:
+        if tree.args.get("joins") or not isinstance(tree.args["from_"].this, exp.Table):
+            return None  # the unqualified name could mean another table's column once joined
+        outer.set("table", exp.to_identifier(tree.args["from_"].this.alias_or_name))
+    taken = {i.name.lower() for i in tree.find_all(exp.Identifier)}
+    alias = next(name for name in (f"semijoin_{n}" for n in range(1, 10_000)) if name not in taken)
+    units = exp.select(exp.alias_(selected.copy(), alias)).from_(source.this.copy())
+    if inner.args.get("where") is not None:
+        units = units.where(inner.args["where"].this.copy())
+    units = units.group_by(selected.copy())
+    return exp.Join(this=units.subquery(alias), on=exp.EQ(this=outer, expression=exp.column(alias, alias)))
 
 
 def _names_cte(table: exp.Table, name: str) -> bool:

@@ -1,0 +1,78 @@
+"""`unit IN (SELECT unit FROM <private table> WHERE ...)`: a join with that table's qualifying units, one row each
+(analysis/normalize.py), then the checker's join rules. Same answer as the written join; the true semi-join's count
+when the inner table has one row per unit."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from benchmarks.support import seeded
+from dpsql.errors import ProgrammingError, QueryRejected
+from dpsql.session import PrivateSession
+
+WRITTEN = ("SELECT region, COUNT(*), AVG(cost) FROM visits WHERE age > 20 AND patient_id IN (SELECT patient_id "
+           "FROM patients WHERE chronic_conditions > 3) GROUP BY region")
+JOINED = ("SELECT region, COUNT(*), AVG(cost) FROM visits JOIN (SELECT patient_id AS semijoin_1 FROM patients "
+          "WHERE chronic_conditions > 3 GROUP BY patient_id) AS semijoin_1 "
+          "ON visits.patient_id = semijoin_1.semijoin_1 WHERE age > 20 GROUP BY region")
+
+
+def _session(policy: Path) -> PrivateSession:
+    return PrivateSession(policy, "tester", rng=seeded(5), bounding_seed=9)
+
+
+def test_the_answer_is_that_of_the_join(visits_policy: Path) -> None:
+    answers = []
+    for sql in (WRITTEN, JOINED):
+        session = _session(visits_policy)
+        try:
+            result = session.execute(sql)
+            answers.append((sorted(result.rows), result.cost, session.prepare(sql).bounded.sql))
+        finally:
+            session.close()
+    assert answers[0] == answers[1]
+
+
+def test_with_one_row_per_patient_it_is_the_semi_join(visits_policy: Path) -> None:
+    sql = ("SELECT COUNT(*) FROM visits WHERE patient_id IN (SELECT patient_id FROM patients WHERE insurance = "
+           "'none')")
+    folder = visits_policy.parent
+    # a unit's capped rows count min(its rows, m = 5), whichever are kept
+    truth = duckdb.connect().execute(
+        f"SELECT COUNT(*) FROM (SELECT patient_id, ROW_NUMBER() OVER (PARTITION BY patient_id) AS r "
+        f"FROM read_csv('{folder / 'visits.csv'}')) v WHERE r <= 5 AND patient_id IN (SELECT "
+        f"patient_id FROM read_csv('{folder / 'patients.csv'}') WHERE insurance = 'none')").fetchone()[0]
+    session = _session(visits_policy)
+    try:
+        result = session.execute(sql, epsilon=40)
+        # The Laplace noise, scale b = std / sqrt(2), exceeds b * ln(1e9) with probability 1e-9.
+        bound = result.noise_std[0][0] / math.sqrt(2) * math.log(1e9)
+        assert abs(result.rows[0][0] - truth) <= bound
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize(("sql", "error"), [
+    # NOT IN and OR cannot be a join: left as written, refused
+    ("SELECT COUNT(*) FROM visits WHERE patient_id NOT IN (SELECT patient_id FROM patients WHERE sex = 'F')",
+     QueryRejected),
+    ("SELECT COUNT(*) FROM visits WHERE age > 90 OR patient_id IN (SELECT patient_id FROM patients)", QueryRejected),
+    # not the unit on both sides: the join rules refuse it
+    ("SELECT COUNT(*) FROM visits WHERE age IN (SELECT birth_year FROM patients)", QueryRejected),
+    ("SELECT COUNT(*) FROM visits WHERE patient_id IN (SELECT chronic_conditions FROM patients)", QueryRejected),
+    # correlated with the outer query
+    ("SELECT COUNT(*) FROM visits v WHERE patient_id IN (SELECT patient_id FROM patients p WHERE p.birth_year > "
+     "v.age)", QueryRejected),
+])
+def test_the_other_forms_are_refused_at_no_cost(visits_policy: Path, sql: str, error: type) -> None:
+    session = _session(visits_policy)
+    try:
+        with pytest.raises((error, ProgrammingError)):
+            session.execute(sql)
+        assert session.spending("tester").queries == 0
+    finally:
+        session.close()
