@@ -76,3 +76,42 @@ def test_the_other_forms_are_refused_at_no_cost(visits_policy: Path, sql: str, e
         assert session.spending("tester").queries == 0
     finally:
         session.close()
+
+
+@pytest.mark.parametrize(("exists", "listed"), [
+    ("SELECT COUNT(*) FROM visits v WHERE v.age > 10 AND EXISTS (SELECT 1 FROM patients p WHERE p.patient_id = "
+     "v.patient_id AND p.sex = 'F')",
+     "SELECT COUNT(*) FROM visits v WHERE v.age > 10 AND v.patient_id IN (SELECT p.patient_id FROM patients p "
+     "WHERE p.sex = 'F')"),
+    ("SELECT region, AVG(cost) FROM visits v WHERE EXISTS (SELECT * FROM departments d WHERE v.department = "
+     "d.department AND d.floor > 2) GROUP BY region",
+     "SELECT region, AVG(cost) FROM visits v WHERE v.department IN ('cardiology', 'neurology', 'oncology') "
+     "GROUP BY region"),
+])
+def test_a_correlated_exists_is_the_in_it_means(visits_policy: Path, exists: str, listed: str) -> None:
+    answers = []
+    for sql in (exists, listed):
+        session = _session(visits_policy)
+        try:
+            result = session.execute(sql)
+            answers.append((sorted(result.rows), result.cost, session.prepare(sql).bounded.sql))
+        finally:
+            session.close()
+    assert answers[0] == answers[1]
+
+
+@pytest.mark.parametrize("sql", [
+    # NOT EXISTS is not NOT IN (NULLs): left as written
+    "SELECT COUNT(*) FROM visits v WHERE NOT EXISTS (SELECT 1 FROM patients p WHERE p.patient_id = v.patient_id)",
+    # the rest of the inner condition reads the outer query
+    "SELECT COUNT(*) FROM visits v WHERE EXISTS (SELECT 1 FROM patients p WHERE p.patient_id = v.patient_id AND "
+    "p.birth_year > v.age)",
+])
+def test_other_exists_are_refused_at_no_cost(visits_policy: Path, sql: str) -> None:
+    session = _session(visits_policy)
+    try:
+        with pytest.raises(QueryRejected):
+            session.execute(sql)
+        assert session.spending("tester").queries == 0
+    finally:
+        session.close()

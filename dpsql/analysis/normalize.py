@@ -11,7 +11,9 @@ each one, and tests/test_normalize.py runs generated queries both ways in DuckDB
 - `x IN (SELECT ...)` over public tables only becomes `x IN (v1, v2, ...)`, the subquery's values: they are public
   data, read from the public tables (the one place this stage reads data, and never a private row);
 - `unit IN (SELECT unit FROM private_table WHERE ...)`, a condition of the WHERE, becomes a join with that table's
-  qualifying units, one row each: the checker's join rules then decide (the same privacy unit on both sides).
+  qualifying units, one row each: the checker's join rules then decide (the same privacy unit on both sides);
+- `EXISTS (SELECT ... FROM t WHERE t.k = outer.x AND ...)`, a condition of the WHERE, is `outer.x IN (SELECT t.k
+  FROM t WHERE ...)`, and goes the two ways above.
 The checker then sees one SELECT over one table, and what it checks is what runs: nothing here reads the data, and
 the rewrite neither adds a row nor a column the written query did not read. What it cannot rewrite exactly stays
 as written, for the checker to refuse or to handle. The outputs keep the names the analyst's SQL gives them.
@@ -45,6 +47,7 @@ def normalize(parsed: ParsedQuery, policy: Policy, facts: PublicFacts | None = N
         return parsed
     tree = parsed.tree.copy()
     _inline_ctes(tree, policy)
+    _exists_as_in(tree, policy)
     if facts is not None:
         _public_in_lists(tree, policy, facts)
     flatten(tree, policy)
@@ -62,7 +65,7 @@ def _has_work(tree: exp.Select) -> bool:
             return True
         if isinstance(node, exp.TableAlias) and node.args.get("columns"):
             return True
-        if isinstance(node, exp.In) and node.args.get("query") is not None:
+        if isinstance(node, exp.In | exp.Exists):
             return True
     return False
 
@@ -121,6 +124,54 @@ def _inline_ctes(tree: exp.Select, policy: Policy) -> None:
                              "the query with its CTEs inlined")
             for table in references:
                 table.replace(_inlined(cte, table))
+
+
+def _exists_as_in(tree: exp.Select, policy: Policy) -> None:
+    """`EXISTS (SELECT ... FROM t [AS a] WHERE a.k = o.x AND rest)`, one of the AND-ed conditions of the outer WHERE,
+    where o is the outer query's and rest reads t only: `o.x IN (SELECT a.k FROM t AS a WHERE rest)`. In a condition
+    of the WHERE the two keep the same rows: both are TRUE exactly when some row of t with rest has k = x (IN may
+    be NULL where EXISTS is FALSE, and WHERE drops both). Under NOT or OR they differ on NULLs, so only the AND-ed
+    conditions are rewritten; the rest stays for the checker to refuse."""
+    where = tree.args.get("where")
+    if where is None:
+        return
+    conditions = list(where.this.flatten()) if isinstance(where.this, exp.And) else [where.this]
+    rewritten = [_exists_in(c, policy) if isinstance(c, exp.Exists) else None for c in conditions]
+    if any(r is not None for r in rewritten):
+        where.set("this", exp.and_(*[r if r is not None else c for r, c in zip(rewritten, conditions, strict=True)]))
+
+
+def _exists_in(exists: exp.Exists, policy: Policy) -> exp.In | None:
+    inner = exists.this
+    source = inner.args.get("from_") if isinstance(inner, exp.Select) else None
+    if source is None or not isinstance(source.this, exp.Table) or inner.args.get("where") is None or any(
+            inner.args.get(k) for k in ("joins", "group", "having", "limit", "offset", "distinct", "with_", "qualify",
+                                        "windows", "laterals")) or has_aggregate(inner):
+        return None
+    table = policy.table(source.this.name) if isinstance(source.this.this, exp.Identifier) else None
+    if table is None:
+        return None
+    own = {source.this.alias_or_name.lower(), table.name.lower()}
+
+    def is_inner(column: exp.Column) -> bool:
+        return column.table.lower() in own if column.table else column.name in table.columns
+    condition = inner.args["where"].this
+    parts = list(condition.flatten()) if isinstance(condition, exp.And) else [condition]
+    for i, part in enumerate(parts):
+        if not isinstance(part, exp.EQ) or not all(isinstance(side, exp.Column) for side in (part.this,
+                                                                                              part.expression)):
+            continue
+        sides = [part.this, part.expression]
+        inside = [side for side in sides if is_inner(side)]
+        outside = [side for side in sides if side.table and side.table.lower() not in own]
+        rest = parts[:i] + parts[i + 1:]
+        if len(inside) != 1 or len(outside) != 1 or any(not is_inner(c) for r in rest for c in r.find_all(exp.Column)):
+            continue
+        keys = exp.select(inside[0].copy()).from_(source.this.copy())
+        if rest:
+            keys = keys.where(exp.and_(*[r.copy() for r in rest]))
+        return exp.In(this=outside[0].copy(), query=keys.subquery())
+    return None
 
 
 def _unit_semijoins(tree: exp.Select, policy: Policy) -> None:
