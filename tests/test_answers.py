@@ -14,7 +14,7 @@ from dpsql.dp.noise import InsecureSeededRandomForTests
 from dpsql.policy import load_policy
 from dpsql.session import PrivateSession
 from dpsql.store.answers import AnswerStore, answer_key
-from tests.conftest import SAMPLE, create_ledger
+from tests.conftest import SAMPLE, VISITS_FILES, create_ledger
 
 QUERY = "SELECT department, COUNT(*) AS n, AVG(cost) FROM visits WHERE age > ? GROUP BY department ORDER BY n"
 
@@ -55,9 +55,9 @@ def test_the_key_names_everything_that_decides_an_answer() -> None:
 
 @pytest.fixture
 def policy(tmp_path: Path) -> Path:
-    shutil.copy(SAMPLE / "visits.csv", tmp_path / "visits.csv")
+    for name in VISITS_FILES:
+        shutil.copy(SAMPLE / name, tmp_path / name)
     path = tmp_path / "visits.toml"
-    path.write_text((SAMPLE / "visits.toml").read_text())
     create_ledger(path)
     return path
 

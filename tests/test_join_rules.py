@@ -111,7 +111,7 @@ PER_UNIT_REFUSED = [
      "per-unit aggregation only"),
     ("SELECT COUNT(*) FROM (SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id) p "
      "JOIN __dp_sub0 q ON p.patient_id = q.patient_id", "unknown table"),
-    ("SELECT COUNT(*) FROM (SELECT * FROM visits) p", "per-unit aggregation only"),
+    ("SELECT COUNT(*) FROM (SELECT DISTINCT region FROM visits) p", "per-unit aggregation only"),
 ]
 
 

@@ -210,8 +210,14 @@ def _unit_semijoin(condition: exp.Expression, tree: exp.Select, policy: Policy) 
         return None
     selected = inner.expressions[0].unalias()
     table = policy.table(source.this.name) if isinstance(source.this.this, exp.Identifier) else None
-    if not isinstance(selected, exp.Column) or table is None or table.public or has_aggregate(inner):
+    if not isinstance(selected, exp.Column) or table is None or table.public or has_aggregate(inner) \
+            or selected.name != table.privacy_unit:
         return None
+    outer_table = tree.args["from_"].this
+    if isinstance(outer_table, exp.Table) and not tree.args.get("joins"):
+        declared = policy.table(outer_table.name)
+        if declared is None or condition.this.name != declared.privacy_unit:
+            return None  # not the unit on the outer side either: left as written, and refused as a subquery
     own = {source.this.alias_or_name.lower(), table.name.lower()}
     for column in inner.find_all(exp.Column):  # correlated: it reads the outer query, which a join cannot
         if column.table.lower() not in own if column.table else column.name not in table.columns:

@@ -37,9 +37,11 @@ def public_sql(parsed: ParsedQuery, policy: Policy) -> str | None:
     # through to the private table. dpsql's own names are never a CTE's.
     if any(is_reserved(name) for name in ctes):
         raise QueryRejected(f"names starting with '{RESERVED_PREFIX}' are reserved for dpsql's own")
+    if any(policy.table(name) is not None for name in ctes):
+        return None  # a CTE named like a declared table: the normaliser refuses it, with its reason
     tables = list(tree.find_all(exp.Table))
-    if not tables:
-        return None
+    if not any(t.name.lower() not in ctes for t in tables):
+        return None  # no declared table at all: not a query of public tables
     for table in tables:
         if not isinstance(table.this, exp.Identifier) or table.args.get("db") or table.args.get("catalog"):
             return None
