@@ -68,3 +68,10 @@ def test_a_public_table_declares_no_unit_or_bound(tmp_path: Path, key: str) -> N
     policy.write_text(policy.read_text().replace("[tables.regions]\n", f"[tables.regions]\n{key}\n"))
     with pytest.raises(PolicyError, match="a public table has no privacy unit"):
         load_policy(policy)
+
+
+def test_public_queries_run_in_a_database_without_private_tables(session) -> None:
+    """Defence in depth: whatever got past the public query's checks finds no private row where it runs."""
+    tables = {row[0] for row in session.engine._public_con.execute("SHOW TABLES").fetchall()}
+    assert tables == {"__dp_departments", "__dp_regions"}
+    assert session.execute("SELECT COUNT(*) FROM departments").rows == [(8,)]

@@ -74,7 +74,26 @@ class DuckDBEngine(Engine):
             database = con.execute("SELECT current_database()").fetchone()[0]
             self._twin.execute(f"USE {_quote(database)}.{TWIN_SCHEMA}")
             self._watchdog = Watchdog(con, policy.time_limit)
-        self._facts = DuckDBPublicFacts(policy, lambda sql: self._con.execute(sql).fetchall(), self._lock)
+        # Queries of public tables only, and the facts read from them, run on a database of their own that holds
+        # nothing else: whatever got past the public query's checks, there is no private row there to reach.
+        self._public_lock = threading.Lock()
+        with sandbox.opened(config) as public:
+            for table in policy.tables.values():
+                if table.public:
+                    self._copy_public(table, public)
+            self._public_con = public
+            self._public_watchdog = Watchdog(public, policy.time_limit)
+        self._facts = DuckDBPublicFacts(policy, lambda sql: self._public_con.execute(sql).fetchall(),
+                                        self._public_lock)
+
+    def _copy_public(self, table: TablePolicy, public: duckdb.DuckDBPyConnection) -> None:
+        """A public table, as loaded (typed, cleaned), copied into the public database."""
+        name = prepared_table(table.name)
+        described = self._con.execute(f"DESCRIBE {name}").fetchall()
+        public.execute(f"CREATE TABLE {name} ({', '.join(f'{_quote(c[0])} {c[1]}' for c in described)})")
+        rows = self._con.execute(f"SELECT * FROM {name}").fetchall()
+        if rows:
+            public.executemany(f"INSERT INTO {name} VALUES ({', '.join('?' for _ in described)})", rows)
 
     def _load(self, table: TablePolicy, salt: int) -> None:
         found = self._source_columns(table, self._source(table, typed=False))
@@ -195,19 +214,20 @@ class DuckDBEngine(Engine):
         self._watchdog.interrupt_now()
 
     def run_public(self, sql: str) -> tuple[list[str], list[str], list[tuple[Any, ...]]]:
-        """Run a query of public tables as written. Its errors are about public data only, so they are shown."""
-        with self._lock:
-            self._con.execute("BEGIN TRANSACTION")
+        """Run a query of public tables as written, in the public database. Its errors are about public data only,
+        so they are shown."""
+        with self._public_lock:
+            self._public_con.execute("BEGIN TRANSACTION")
             try:
-                with self._watchdog.running():
-                    return _public_answer(self._con, sql)
+                with self._public_watchdog.running():
+                    return _public_answer(self._public_con, sql)
             finally:
-                self._con.execute("ROLLBACK")
+                self._public_con.execute("ROLLBACK")
 
     def describe_public(self, sql: str) -> tuple[list[str], list[str]]:
-        """The column names and types of a query of public tables, from the empty twins (a wire Describe)."""
-        with self._lock:
-            names, types, _ = _public_answer(self._twin, sql)
+        """The column names and types of a query of public tables (a wire Describe): public data, so it simply
+        runs."""
+        names, types, _ = self.run_public(sql)
         return names, types
 
     def _fetch_exact(self, sql: str) -> list[tuple[Any, ...]]:
@@ -228,6 +248,9 @@ class DuckDBEngine(Engine):
         with self._lock:
             self._watchdog.close()
             self._con.close()
+        with self._public_lock:
+            self._public_watchdog.close()
+            self._public_con.close()
 
 
 def data_version(policy: Policy) -> str:
