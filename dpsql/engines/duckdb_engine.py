@@ -74,7 +74,7 @@ class DuckDBEngine(Engine):
             database = con.execute("SELECT current_database()").fetchone()[0]
             self._twin.execute(f"USE {_quote(database)}.{TWIN_SCHEMA}")
             self._watchdog = Watchdog(con, policy.time_limit)
-        # Queries of public tables only, and the facts read from them, run on a database of their own that holds
+        # Queries of public tables only (and IN lists read from them) run on a database of their own that holds
         # nothing else: whatever got past the public query's checks, there is no private row there to reach.
         self._public_lock = threading.Lock()
         with sandbox.opened(config) as public:
@@ -83,8 +83,8 @@ class DuckDBEngine(Engine):
                     self._copy_public(table, public)
             self._public_con = public
             self._public_watchdog = Watchdog(public, policy.time_limit)
-        self._facts = DuckDBPublicFacts(policy, lambda sql: self._public_con.execute(sql).fetchall(),
-                                        self._public_lock)
+        self._facts = DuckDBPublicFacts(policy, lambda sql: self._con.execute(sql).fetchall(), self._lock,
+                                        lambda sql: self._public_con.execute(sql).fetchall(), self._public_lock)
 
     def _copy_public(self, table: TablePolicy, public: duckdb.DuckDBPyConnection) -> None:
         """A public table, as loaded (typed, cleaned), copied into the public database."""

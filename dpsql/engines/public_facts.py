@@ -23,11 +23,15 @@ MAX_DOMAIN = 10_000
 class DuckDBPublicFacts:
     """Answers from the engine's connection, under its lock; each fact is read once."""
 
-    def __init__(self, policy: Policy, query: Callable[[str], list[tuple[Any, ...]]],
-                 lock: threading.Lock) -> None:
+    def __init__(self, policy: Policy, query: Callable[[str], list[tuple[Any, ...]]], lock: threading.Lock,
+                 analyst_query: Callable[[str], list[tuple[Any, ...]]], analyst_lock: threading.Lock) -> None:
         self._policy = policy
+        # The facts that bound joins are read from the very tables the joins read (`query`); a query the analyst
+        # wrote (`values`) runs in the database that holds the public tables only (`analyst_query`).
         self._query = query
         self._lock = lock
+        self._analyst_query = analyst_query
+        self._analyst_lock = analyst_lock
         self._cache: dict[tuple, Any] = {}
 
     def _public(self, table: str) -> str:
@@ -70,10 +74,14 @@ class DuckDBPublicFacts:
         # In order (NULL last), so the same values always give the same SQL text: one plan, one cache entry.
         distinct = exp.select("*").distinct().from_(sqlglot.parse_one(sql, read=DIALECT).subquery("v")) \
             .order_by(exp.Ordered(this=exp.Literal.number(1), nulls_first=False)).limit(limit + 1)
-        try:
-            rows = self._cached(("query", sql, limit), distinct)
-        except duckdb.Error:
-            return None
+        key = ("query", sql, limit)
+        if key not in self._cache:
+            try:
+                with self._analyst_lock:
+                    self._cache[key] = self._analyst_query(distinct.sql(DIALECT))
+            except duckdb.Error:
+                return None
+        rows = self._cache[key]
         if len(rows) > limit or any(len(row) != 1 for row in rows):
             return None
         return tuple(row[0] for row in rows)
