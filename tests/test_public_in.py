@@ -64,7 +64,7 @@ def test_an_empty_subquery_is_false_and_not_in_it_true(visits_policy: Path) -> N
 def test_other_subqueries_are_left_for_the_checker_to_refuse(visits_policy: Path, sql: str) -> None:
     session = _session(visits_policy)
     try:
-        with pytest.raises(QueryRejected, match="subqueries are not supported"):
+        with pytest.raises(QueryRejected, match="this subquery is not supported"):
             session.execute(sql)
         assert session.spending("tester").queries == 0
     finally:

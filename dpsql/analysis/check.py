@@ -260,9 +260,15 @@ def _refuse_subqueries(tree: exp.Select) -> None:
             clause = clause.parent
         label = {"expressions": "SELECT", "from_": "FROM", "group": "GROUP BY", "order": "ORDER BY"}.get(
             clause.arg_key, clause.arg_key.upper())
-        hint = ("list the values instead: IN (1, 2, 3)" if isinstance(node.parent, exp.In)
-                else "ask the inner query on its own")
-        raise QueryRejected(f"{label}: subqueries are not supported (a query reads one table): {hint}")
+        hint = "ask the inner query on its own"
+        if isinstance(node.parent, exp.In):
+            hint = ("IN (SELECT ...) is answered over public tables, or on the privacy unit over a private table "
+                    "(unit IN (SELECT unit FROM t WHERE ...)) as an AND-ed WHERE condition; otherwise list the values: "
+                    "IN (1, 2, 3)")
+        elif isinstance(node.parent, exp.Exists):
+            hint = ("EXISTS is answered when correlated on one key equality, as an AND-ed WHERE condition; "
+                    "otherwise ask the inner query on its own")
+        raise QueryRejected(f"{label}: this subquery is not supported: {hint}")
 
 
 class _WrittenNames(DuckDB):
