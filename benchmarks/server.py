@@ -40,7 +40,8 @@ PASSWORD = "benchmark password"
 
 
 def _policy(folder: Path, clients: int) -> Path:
-    shutil.copy(SAMPLE / "visits.csv", folder / "visits.csv")
+    for name in ("visits.csv", "patients.csv", "departments.csv", "regions.csv"):
+        shutil.copy(SAMPLE / name, folder / name)
     text = (SAMPLE / "visits.toml").read_text().replace("epsilon = 50.0", "epsilon = 1000000.0")
     policy = folder / "visits.toml"
     policy.write_text(text + "\n[server]\nanswers = false\n")
