@@ -81,7 +81,8 @@ def _tumult_job(job: dict) -> dict:
     from tmlt.analytics import AddRowsWithID, KeySet, MaxRowsPerID, PureDPBudget, QueryBuilder, Session
 
     spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false") \
-        .config("spark.sql.shuffle.partitions", "4").getOrCreate()
+        .config("spark.sql.shuffle.partitions", "4") \
+        .config("spark.sql.warehouse.dir", str(Path(job["folder"]) / "spark-warehouse")).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     folder = Path(job["folder"])
     visits = spark.createDataFrame(pd.read_csv(folder / "visits.csv")[["patient_id", "department",

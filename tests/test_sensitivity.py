@@ -38,6 +38,9 @@ QUERIES = [
     # x is nullable: COUNT(*) is measured as the disjoint counts of rows where x is NULL and where it is not
     "SELECT COUNT(*), AVG(x) FROM t",
     "SELECT grp, COUNT(*), COUNT(x), STDDEV(x) FROM t WHERE k < 8 GROUP BY grp",
+    # COUNT(DISTINCT expr): a unit removes at most its m capped rows' values, none added
+    "SELECT grp, COUNT(DISTINCT city), COUNT(DISTINCT k % 3) FROM t GROUP BY grp",
+    "SELECT COUNT(DISTINCT x), APPROX_COUNT_DISTINCT(city), SUM(x) FROM t WHERE k > 1",
 ]
 
 row = st.tuples(

@@ -43,6 +43,7 @@ AggregateKind = NewType("AggregateKind", str)
 # kinds it can give are named here, and their modules in the registry use these names.
 COUNT = AggregateKind("count")
 COUNT_UNITS = AggregateKind("count_units")
+COUNT_DISTINCT = AggregateKind("count_distinct")  # COUNT(DISTINCT expr): one unit removes at most m values
 
 
 @dataclass(frozen=True)
@@ -496,6 +497,11 @@ def _aggregate(node: exp.Expression, table: TablePolicy, vocabulary: Vocabulary,
         raise QueryRejected(f"{text}: an aggregate inside an aggregate is not supported")
     if isinstance(node, exp.Count):
         return _count(node, table, text)
+    if isinstance(node, exp.ApproxDistinct):
+        # Computed exactly as COUNT(DISTINCT x): the sensitivity holds for the exact count, not for a sketch's.
+        if node.args.get("accuracy") is not None:
+            raise QueryRejected(f"{text}: APPROX_COUNT_DISTINCT takes one argument")
+        return _count_distinct([node.this], table, node, text)
     kind = vocabulary.functions.get(type(node))
     if kind is None:
         name = node.sql_name() if isinstance(node, exp.Func) else type(node).__name__
@@ -519,17 +525,25 @@ def _count(node: exp.Count, table: TablePolicy, text: _Place) -> AggregateCall:
     if argument is None or isinstance(argument, exp.Star):
         return AggregateCall(COUNT, None, None, False, node)
     if isinstance(argument, exp.Distinct):
-        inner = argument.expressions
-        if (len(inner) == 1 and isinstance(inner[0], exp.Column) and table.privacy_unit is not None
-                and inner[0].name == table.privacy_unit):
-            return AggregateCall(COUNT_UNITS, None, None, False, node)
-        unit = f"COUNT(DISTINCT {table.privacy_unit})" if table.privacy_unit else "COUNT(*) (one row per person)"
-        raise QueryRejected(f"{text}: COUNT(DISTINCT ...) is only supported on the privacy unit: {unit}")
+        return _count_distinct(argument.expressions, table, node, text)
     vet_row_expression(argument, text)
     _type_check(argument, table, text)
     if not _nullable(argument, table):
         return AggregateCall(COUNT, None, None, False, node)
     return AggregateCall(COUNT, argument, None, True, node)
+
+
+def _count_distinct(inner: list[exp.Expression], table: TablePolicy, node: exp.Expression,
+                    text: _Place) -> AggregateCall:
+    """COUNT(DISTINCT expr) of any row expression, over the capped rows (planning/aggregates/distinct.py)."""
+    if len(inner) != 1:
+        raise QueryRejected(f"{text}: COUNT(DISTINCT ...) takes one expression")
+    (argument,) = inner
+    if isinstance(argument, exp.Column) and table.privacy_unit is not None and argument.name == table.privacy_unit:
+        return AggregateCall(COUNT_UNITS, None, None, False, node)
+    vet_row_expression(argument, text)
+    _type_check(argument, table, text)
+    return AggregateCall(COUNT_DISTINCT, argument, None, True, node)
 
 
 def _nullable(expression: exp.Expression, table: TablePolicy) -> bool:

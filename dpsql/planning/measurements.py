@@ -24,6 +24,7 @@ class MeasurementKind(StrEnum):
     ROWS = "rows"  # COUNT(*) or COUNT(expr) of the bounded rows
     NULLS = "nulls"  # the bounded rows where expr is NULL: disjoint from ROWS(expr), see `budget_item`
     UNITS = "units"  # COUNT(DISTINCT privacy unit)
+    DISTINCT = "distinct"  # COUNT(DISTINCT expr) of the bounded rows: argument is exp.Distinct(expr), see distinct.py
     SUM = "sum"  # sum of the centered fixed-point value (plus center * count when plain)
     SUMSQ = "sumsq"  # sum of the squared centered value, itself centered in fixed point
 
@@ -68,6 +69,8 @@ class MeasurementSpec:
             return f"COUNT(*) WHERE {term} IS NULL"
         if self.kind is MeasurementKind.UNITS:
             return "COUNT(DISTINCT unit)"
+        if self.kind is MeasurementKind.DISTINCT:
+            return f"COUNT({arg})"
         if self.kind is MeasurementKind.SUM:
             if self.plain:
                 return f"SUM({arg})"
@@ -76,7 +79,7 @@ class MeasurementSpec:
 
     def row_range(self) -> tuple[int, int]:
         """The integer one row contributes, in grid steps."""
-        if self.kind in (MeasurementKind.ROWS, MeasurementKind.NULLS, MeasurementKind.UNITS):
+        if self.kind in (MeasurementKind.ROWS, MeasurementKind.NULLS, MeasurementKind.UNITS, MeasurementKind.DISTINCT):
             return 0, 1
         point = self.square_point if self.kind is MeasurementKind.SUMSQ else self.value_point
         shift = point.center if self.plain else 0

@@ -180,6 +180,8 @@ def _value_column(spec: MeasurementSpec, context: _Context,
 def _measurement(spec: MeasurementSpec, context: _Context) -> exp.Expression:
     if spec.kind is MeasurementKind.UNITS:
         return exp.Count(this=exp.Distinct(expressions=[exp.column(names.UNIT)]))
+    if spec.kind is MeasurementKind.DISTINCT:
+        return exp.Count(this=exp.Distinct(expressions=[_value_column(spec, context)]))
     if spec.kind is MeasurementKind.ROWS:
         if spec.argument is None:
             return exp.Count(this=exp.Star())
@@ -215,6 +217,9 @@ def _value(argument: exp.Expression, context: _Context) -> exp.Expression:
     For a bare bounded column this is the prepared table's fixed-point integer instead (the same
     fixed_point of the declared interval that the plan used), so the common case costs one integer sum.
     """
+    if isinstance(argument, exp.Distinct):
+        # COUNT(DISTINCT x): x as written, neither clamped nor on a grid, which could merge distinct values.
+        return _guarded(argument.expressions[0], context)
     precomputed = _precomputed(argument, context)
     if precomputed is not None:
         return exp.column(precomputed, context.alias)

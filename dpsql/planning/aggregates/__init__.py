@@ -10,6 +10,7 @@ from dpsql.analysis.check import AggregateCall, AggregateKind, Vocabulary
 from dpsql.planning.aggregates.average import Average
 from dpsql.planning.aggregates.base import LEVEL, Aggregate, Estimate, IntervalMethod, NoisyCells
 from dpsql.planning.aggregates.count import Count
+from dpsql.planning.aggregates.distinct import DistinctValues
 from dpsql.planning.aggregates.spread import SPREADS
 from dpsql.planning.aggregates.total import Sum
 from dpsql.planning.aggregates.units import Units
@@ -17,6 +18,7 @@ from dpsql.planning.aggregates.units import Units
 AGGREGATES: tuple[Aggregate, ...] = (
     Count(),
     Units(),
+    DistinctValues(),
     Sum(),
     Average(),
     *SPREADS,
