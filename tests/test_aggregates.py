@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from sqlglot import exp
 
+from dpsql.dp.quantile import QuantileRelease
 from dpsql.errors import QueryRejected
 from dpsql.frontends.explain import explain
 from dpsql.planning.aggregates import AGGREGATES, VOCABULARY, aggregate
@@ -18,9 +19,11 @@ from dpsql.planning.aggregates.base import (
     LinearInterval,
     NoisyCells,
 )
+from dpsql.planning.aggregates.quantile import NOISY_RANKS, NoisyRanks
+from dpsql.planning.measurements import MeasurementKind
 from dpsql.planning.plan import QueryPlan
 
-METHODS: tuple[IntervalMethod, ...] = (LONE_QUANTILE, SUMMED_NOISE, FIDUCIAL)
+METHODS: tuple[IntervalMethod, ...] = (LONE_QUANTILE, SUMMED_NOISE, FIDUCIAL, NOISY_RANKS)
 
 # At least one query per registered kind, and both ways of measuring SUM (alone it is one plain sum; beside
 # COUNT(*) and AVG, which pay for the count, it is a centered sum plus the center times that count).
@@ -32,13 +35,15 @@ QUERIES = (
     "SELECT sex, COUNT(*), SUM(income), AVG(income) FROM pums GROUP BY sex",
     "SELECT AVG(age) FROM pums",
     "SELECT VAR_SAMP(age), VAR_POP(age), STDDEV_SAMP(income), STDDEV_POP(income) FROM pums",
+    "SELECT sex, MEDIAN(income), MIN(age), MAX(age) FROM pums GROUP BY sex",
 )
 
 
 def _used_methods(monkeypatch: pytest.MonkeyPatch) -> list[IntervalMethod]:
     """Record every interval method a release computes with, whatever the aggregate asks explain to say."""
     used: list[IntervalMethod] = []
-    for cls, name in ((type(LONE_QUANTILE), "spread"), (type(SUMMED_NOISE), "spread"), (Fiducial, "estimate")):
+    for cls, name in ((type(LONE_QUANTILE), "spread"), (type(SUMMED_NOISE), "spread"), (Fiducial, "estimate"),
+                      (NoisyRanks, "estimate")):
         original = getattr(cls, name)
 
         def record(self, *args, _original=original, **kwargs):
@@ -56,8 +61,10 @@ def _output_lines(query_plan: QueryPlan) -> list[str]:
 
 def _disagreements(query_plan: QueryPlan, used: list[IntervalMethod], seen: set) -> list[str]:
     """Each output whose explain line does not name, alone, the one interval method its estimate computed with."""
-    noisy = np.array([[1000 + 17 * g + j for j in range(len(query_plan.measurements))] for g in range(3)],
-                     dtype=object)
+    noisy = np.empty((3, len(query_plan.measurements)), dtype=object)
+    for (g, j), _ in np.ndenumerate(noisy):  # what release hands the outputs: a count, or a chosen candidate
+        quantile = query_plan.measurements[j].spec.kind is MeasurementKind.QUANTILE
+        noisy[g, j] = QuantileRelease(20.0 + g, 10.0, 30.0 + j) if quantile else 1000 + 17 * g + j
     cells = NoisyCells(query_plan.measurements, noisy)
     wrong = []
     for recipe, line in zip(query_plan.recipes, _output_lines(query_plan), strict=True):
@@ -110,7 +117,8 @@ def test_a_linear_interval_is_the_same_in_explain_and_release(pums_session) -> N
 
 
 def test_the_registry_gives_the_checker_its_vocabulary() -> None:
-    assert VOCABULARY.supported == "COUNT, COUNT(DISTINCT unit), COUNT(DISTINCT expr), SUM, AVG, VAR, STDDEV"
+    assert VOCABULARY.supported == ("COUNT, COUNT(DISTINCT unit), COUNT(DISTINCT expr), SUM, AVG, VAR, STDDEV, MEDIAN, "
+                                   "QUANTILE_CONT, MIN, MAX")
     assert VOCABULARY.functions[exp.StddevSamp] == VOCABULARY.functions[exp.Stddev] == "stddev_samp"
     assert exp.Count not in VOCABULARY.functions  # COUNT's argument is read by the checker itself
     assert {a.output_type for a in AGGREGATES if a.kind.startswith("count")} == {"BIGINT"}
@@ -118,6 +126,7 @@ def test_the_registry_gives_the_checker_its_vocabulary() -> None:
 
 
 def test_an_unregistered_aggregate_is_refused_with_the_registry_s_list(pums_session) -> None:
-    with pytest.raises(QueryRejected, match=r"MEDIAN is not supported: .*\(supported: COUNT, COUNT\(DISTINCT unit\), "
-                                            r"COUNT\(DISTINCT expr\), SUM, AVG, VAR, STDDEV\)"):
-        pums_session.prepare("SELECT MEDIAN(age) FROM pums")
+    with pytest.raises(QueryRejected, match=r"MODE is not supported: .*\(supported: COUNT, COUNT\(DISTINCT unit\), "
+                                            r"COUNT\(DISTINCT expr\), SUM, AVG, VAR, STDDEV, MEDIAN, QUANTILE_CONT, "
+                                            r"MIN, MAX\)"):
+        pums_session.prepare("SELECT MODE(age) FROM pums")

@@ -102,7 +102,7 @@ def test_budget_shows_total_spent_remaining_and_history(visits_policy: Path) -> 
 
 
 @pytest.mark.parametrize(("args", "code", "message"), [
-    (["query", "SELECT MAX(cost) FROM visits"], 4, "rejected: SELECT MAX(cost): MAX is not supported"),
+    (["query", "SELECT MODE(cost) FROM visits"], 4, "rejected: SELECT MODE(cost): MODE is not supported"),
     (["query", "SELECT COUNT(*) FROM visits; DROP TABLE visits"], 4, "rejected: send one statement"),
     (["query", "SELECT COUNT(*) FROM visits", "--epsilon", "inf"], 4, "finite number > 0"),
     (["query", "SELECT COUNT(*) FROM visits", "--epsilon", "51"], 4, "more than the whole budget"),

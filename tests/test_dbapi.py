@@ -126,7 +126,7 @@ def test_closed_objects_refuse_clearly(con) -> None:
 def test_errors_reach_the_caller_as_pep_249_classes(con) -> None:
     cur = con.cursor()
     with pytest.raises(dpsql.NotSupportedError):  # QueryRejected
-        cur.execute("SELECT MAX(income) FROM pums")
+        cur.execute("SELECT MODE(income) FROM pums")
     with pytest.raises(dpsql.ProgrammingError):
         cur.execute("SELEKT 1")
     cur.execute("SELECT COUNT(*) FROM pums", epsilon=1.0)

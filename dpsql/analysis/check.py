@@ -12,6 +12,7 @@ import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, NewType
 
 import duckdb
@@ -23,6 +24,7 @@ from sqlglot.optimizer.qualify import qualify
 from dpsql.analysis.bounds import Unbounded, interval_of
 from dpsql.analysis.per_unit import per_unit_relation, resolve_per_unit
 from dpsql.analysis.public_facts import PublicFacts
+from dpsql.analysis.quantile_calls import quantile_parts
 from dpsql.analysis.relation import Relation, resolve
 from dpsql.analysis.text_parameters import type_text_parameters
 from dpsql.analysis.typecheck import Kind, typed_expression
@@ -61,14 +63,16 @@ class AggregateCall:
     interval: Interval | None  # the bounds of the argument, for the kinds that need them
     nullable: bool  # whether the argument can be NULL on some row
     node: exp.Expression  # the call as written (qualified)
+    fraction: Fraction | None = None  # a quantile's q: the share of rows below the answer
+    integer: bool = False  # whether the argument is a whole number on every row (a quantile's grid can be exact)
 
     @functools.cached_property
     def text(self) -> str:
         return readable(self.node)
 
     @functools.cached_property
-    def key(self) -> tuple[str, str]:
-        return self.kind, self.argument.sql(DIALECT) if self.argument is not None else ""
+    def key(self) -> tuple[str, str, Fraction | None]:
+        return self.kind, self.argument.sql(DIALECT) if self.argument is not None else "", self.fraction
 
 
 @dataclass(frozen=True)
@@ -183,7 +187,7 @@ def _check_constants(tree: exp.Select) -> None:
 
 
 def _type_check(node: exp.Expression, table: TablePolicy, context: object, boolean: bool = False,
-                numeric: bool = False) -> None:
+                numeric: bool = False) -> Kind:
     """Refuse a row expression that is not total for every row or whose per-row cost is unbounded (typecheck.py);
     the constants its total form adds (a text literal read as a date) must evaluate, from the text alone."""
     typed = typed_expression(node, table.columns, context)
@@ -470,7 +474,7 @@ def _replace_private(node: exp.Expression, table: TablePolicy, key_index: dict[e
                                 "released groups. To rank groups or keep the top ones, use ORDER BY and LIMIT "
                                 "(ORDER BY COUNT(*) DESC LIMIT 10); for a total over all groups, ask it in its own "
                                 "query without GROUP BY")
-        if isinstance(part, exp.AggFunc | exp.Filter):
+        if isinstance(part, exp.AggFunc | exp.Filter | exp.WithinGroup):
             return names.aggregate_column(aggregates.index(part, context))
         return part
 
@@ -493,7 +497,9 @@ def _aggregate(node: exp.Expression, table: TablePolicy, vocabulary: Vocabulary,
     if isinstance(node, exp.Filter):
         raise QueryRejected(f"{text}: FILTER (WHERE ...) is not supported; put the condition in a CASE inside "
                             "the aggregate or in the WHERE clause")
-    if any(isinstance(n, exp.AggFunc) for n in node.this.walk()) if node.this is not None else False:
+    quantile = quantile_parts(node)
+    argument, fraction = quantile if quantile is not None else (node.this, None)
+    if any(isinstance(n, exp.AggFunc) for n in argument.walk()) if argument is not None else False:
         raise QueryRejected(f"{text}: an aggregate inside an aggregate is not supported")
     if isinstance(node, exp.Count):
         return _count(node, table, text)
@@ -502,22 +508,22 @@ def _aggregate(node: exp.Expression, table: TablePolicy, vocabulary: Vocabulary,
         if node.args.get("accuracy") is not None:
             raise QueryRejected(f"{text}: APPROX_COUNT_DISTINCT takes one argument")
         return _count_distinct([node.this], table, node, text)
-    kind = vocabulary.functions.get(type(node))
+    kind = vocabulary.functions.get(type(node.this if isinstance(node, exp.WithinGroup) else node))
     if kind is None:
         name = node.sql_name() if isinstance(node, exp.Func) else type(node).__name__
         raise QueryRejected(f"{context}: {name.upper()} is not supported: a single person can move it without "
                             f"bound, so it has no differentially private answer here (supported: "
                             f"{vocabulary.supported})")
-    argument = node.this
     if isinstance(argument, exp.Distinct):
         raise QueryRejected(f"{text}: DISTINCT inside {kind.upper()} is not supported")
     vet_row_expression(argument, text)
-    _type_check(argument, table, text, numeric=True)
+    typed = _type_check(argument, table, text, numeric=True)
     try:
         interval = interval_of(argument, table.columns)
     except Unbounded as exc:
         raise QueryRejected(f"{text}: {exc}") from None
-    return AggregateCall(kind, argument, interval, _nullable(argument, table), node)
+    return AggregateCall(kind, argument, interval, _nullable(argument, table), node, fraction,
+                         integer=typed in (Kind.INT, Kind.BOOL))
 
 
 def _count(node: exp.Count, table: TablePolicy, text: _Place) -> AggregateCall:

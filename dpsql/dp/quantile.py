@@ -41,7 +41,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from itertools import accumulate
 
+from dpsql.dp.mechanisms import LaplaceMechanism
 from dpsql.dp.noise import RandomSource, bernoulli_exp, uniform_permutation
+from dpsql.dp.quantile_interval import INTERVAL_SHARE, interval
 
 GRID_BITS = 10
 MAX_INTEGER_CANDIDATES = 1 << 12
@@ -196,4 +198,84 @@ def describe(grid: Grid, score: Score, epsilon: Fraction) -> str:
     return (f"permute-and-flip exponential mechanism for {target}, sensitivity {float(score.sensitivity):g} rows; "
             f"{grid.candidates} candidates from {float(grid.low):g} to {float(grid.high):g} in steps of "
             f"{float(grid.width):g}; rank error at most {tail:.1f} rows beyond the best candidate's with 95% "
-            "probability; no value interval")
+            f"probability (epsilon {float(epsilon):.4g}); the 95% interval from noisy counts of the rows around "
+            f"the chosen value, with {float(INTERVAL_SHARE):g} of the budget")
+
+
+@dataclass(frozen=True)
+class QuantileRelease:
+    """One released cell: the chosen candidate's value and its 95% interval (see quantile_interval.py)."""
+
+    value: float
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class QuantileMechanism:
+    """What one quantile (or MIN/MAX) measurement gets: permute-and-flip with 1 - INTERVAL_SHARE of its epsilon,
+    noisy region counts for the interval with the rest. Epsilon-DP over all groups together: a unit with c_g of
+    its at most m rows in group g moves that group's utilities by c_g max(q, 1 - q), a fraction c_g / m of the
+    sensitivity every group is calibrated to, so the groups' losses add up to at most epsilon."""
+
+    grid: Grid
+    fraction: Fraction | None  # q; None for MIN or MAX
+    maximum: bool
+    max_rows: int
+    epsilon: float  # the measurement's whole share
+
+    name = "permute-and-flip"
+
+    def __post_init__(self) -> None:
+        if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
+            raise ValueError("a quantile needs a positive, finite epsilon")
+
+    @property
+    def point_epsilon(self) -> Fraction:
+        return Fraction(self.epsilon) * (1 - INTERVAL_SHARE)
+
+    @property
+    def q(self) -> Fraction:
+        """The fraction of rows below the target: MIN and MAX aim at 0 and 1 (their score is ExtremeScore's)."""
+        if self.fraction is not None:
+            return self.fraction
+        return Fraction(int(self.maximum))
+
+    @property
+    def score(self) -> Score:
+        if self.fraction is not None:
+            return QuantileScore(self.fraction, self.max_rows)
+        return ExtremeScore(self.maximum, extreme_rank(self.point_epsilon, self.max_rows, self.grid), self.max_rows)
+
+    @property
+    def interval_noise(self) -> LaplaceMechanism:
+        """Discrete Laplace for the region counts: all regions of all groups move by at most m in L1 together."""
+        return LaplaceMechanism(self.max_rows, float(Fraction(self.epsilon) * INTERVAL_SHARE))
+
+    @property
+    def sensitivity(self) -> float:
+        """In rows of utility, as explain shows it."""
+        return float(self.score.sensitivity)
+
+    @property
+    def scale(self) -> float:
+        """2 Delta / epsilon: the utility (in rows) that makes a candidate e times less likely."""
+        return float(2 * self.score.sensitivity / self.point_epsilon)
+
+    @property
+    def variance(self) -> float:
+        return math.nan  # not additive noise: explain and the outputs say what the error is instead
+
+    def half_width(self, level: float) -> float:
+        """The rank error, in rows beyond the best candidate's, that the chosen candidate exceeds with probability
+        at most 1 - level."""
+        return utility_tail(self.point_epsilon, self.score.sensitivity, self.grid.candidates, Fraction(level))
+
+    def release(self, counts: Sequence[int], rng: RandomSource) -> QuantileRelease:
+        """One group's value and interval, from its exact bucket counts."""
+        chosen = release(counts, self.score, self.point_epsilon, rng)
+        ends = interval(counts, chosen, self.q, self.interval_noise, rng)
+        return QuantileRelease(self.grid.value(chosen), self.grid.value(ends.low), self.grid.value(ends.high))
+
+    def describe(self) -> str:
+        return describe(self.grid, self.score, self.point_epsilon)

@@ -18,6 +18,7 @@ from sqlglot import exp
 from dpsql.analysis.check import AggregateCall, readable
 from dpsql.dp.fixedpoint import FixedPoint
 from dpsql.dp.mechanisms import Mechanism
+from dpsql.dp.quantile import Grid, QuantileMechanism
 
 
 class MeasurementKind(StrEnum):
@@ -27,6 +28,10 @@ class MeasurementKind(StrEnum):
     DISTINCT = "distinct"  # COUNT(DISTINCT expr) of the bounded rows: argument is exp.Distinct(expr), see distinct.py
     SUM = "sum"  # sum of the centered fixed-point value (plus center * count when plain)
     SUMSQ = "sumsq"  # sum of the squared centered value, itself centered in fixed point
+    # The rows per candidate of a grid (a histogram, not one integer): a quantile, MIN or MAX chooses a candidate
+    # from it by the exponential mechanism (dp/quantile.py). argument is CAST(expr AS DOUBLE): the value itself,
+    # apart from a SUM's fixed-point integer of the same expr.
+    QUANTILE = "quantile"
 
 
 @dataclass(frozen=True)
@@ -38,11 +43,14 @@ class MeasurementSpec:
     value_point: FixedPoint | None = None  # SUM, SUMSQ: how the argument is held as an integer
     square_point: FixedPoint | None = None  # SUMSQ: how its squared centered value is held
     plain: bool = False  # SUM: the uncentered sum
+    grid: Grid | None = None  # QUANTILE: the candidates
+    fraction: Fraction | None = None  # QUANTILE: q; None for MIN and MAX
+    maximum: bool = False  # QUANTILE without fraction: MAX rather than MIN
 
     @functools.cached_property
     def key(self) -> tuple:
         """What makes two specs the same measurement: sqlglot nodes compare (and hash) as trees."""
-        return (self.kind, self.argument, self.plain)
+        return (self.kind, self.argument, self.plain, self.grid, self.fraction, self.maximum)
 
     @functools.cached_property
     def budget_item(self) -> tuple:
@@ -71,6 +79,11 @@ class MeasurementSpec:
             return "COUNT(DISTINCT unit)"
         if self.kind is MeasurementKind.DISTINCT:
             return f"COUNT({arg})"
+        if self.kind is MeasurementKind.QUANTILE:
+            ordered = readable(self.argument.this)
+            if self.fraction is None:
+                return f"{'MAX' if self.maximum else 'MIN'}({ordered})"
+            return f"QUANTILE({ordered}, {float(self.fraction):g})"
         if self.kind is MeasurementKind.SUM:
             if self.plain:
                 return f"SUM({arg})"
@@ -79,7 +92,8 @@ class MeasurementSpec:
 
     def row_range(self) -> tuple[int, int]:
         """The integer one row contributes, in grid steps."""
-        if self.kind in (MeasurementKind.ROWS, MeasurementKind.NULLS, MeasurementKind.UNITS, MeasurementKind.DISTINCT):
+        if self.kind in (MeasurementKind.ROWS, MeasurementKind.NULLS, MeasurementKind.UNITS, MeasurementKind.DISTINCT,
+                         MeasurementKind.QUANTILE):
             return 0, 1
         point = self.square_point if self.kind is MeasurementKind.SUMSQ else self.value_point
         shift = point.center if self.plain else 0
@@ -99,7 +113,7 @@ class Measurement:
     spec: MeasurementSpec
     sensitivity: int  # in grid steps: L1 for Laplace, L2 for Gaussian
     share: float  # the epsilon (pure) or rho (zCDP) of its budget item, spent once by all the item's measurements
-    mechanism: Mechanism
+    mechanism: Mechanism | QuantileMechanism
 
     @property
     def std(self) -> float:

@@ -22,6 +22,7 @@ from sqlglot import exp
 from dpsql.analysis.check import COUNT, CheckedQuery
 from dpsql.dp.allocation import objective, split
 from dpsql.dp.mechanisms import GaussianMechanism, LaplaceMechanism, Mechanism, smallest
+from dpsql.dp.quantile import QuantileMechanism
 from dpsql.errors import QueryRejected
 from dpsql.planning.aggregates import aggregate
 from dpsql.planning.measurements import Measurement, MeasurementKind, MeasurementSpec, Measures, OutputRecipe
@@ -124,7 +125,7 @@ def plan(query: CheckedQuery, budget: Budget) -> QueryPlan:
     total = budget.epsilon**2 / 2 if zcdp else budget.epsilon
     shares = split(total, best.weights, zcdp)
     measurements = tuple(
-        Measurement(spec, sens, shares[item], _mechanism(budget, sens, shares[item]))
+        Measurement(spec, sens, shares[item], _mechanism(budget, spec, sens, shares[item], m))
         for spec, sens, item in zip(best.specs, best.sensitivities, best.items, strict=True)
     )
     selection = None
@@ -153,7 +154,13 @@ def _candidate(measures: Measures, recipes: tuple[OutputRecipe, ...], m: int, re
     return _Candidate(specs, recipes, sensitivities, items, weights, objective(weights, zcdp))
 
 
-def _mechanism(budget: Budget, sensitivity: int, share: float) -> Mechanism:
+def _mechanism(budget: Budget, spec: MeasurementSpec, sensitivity: int, share: float,
+               max_rows: int) -> Mechanism | QuantileMechanism:
+    if spec.kind is MeasurementKind.QUANTILE:
+        # The exponential mechanism is pure DP whatever the policy's noise: under zCDP a share rho buys
+        # epsilon = sqrt(2 rho), as epsilon-DP implies (epsilon^2 / 2)-zCDP.
+        epsilon = math.sqrt(2 * share) if budget.accounting is Accounting.ZCDP else share
+        return QuantileMechanism(spec.grid, spec.fraction, spec.maximum, max_rows, epsilon)
     if budget.mechanism is MechanismKind.GAUSSIAN:
         return GaussianMechanism(sensitivity, share)
     epsilon = math.sqrt(2 * share) if budget.accounting is Accounting.ZCDP else share

@@ -19,8 +19,9 @@ import numpy as np
 from dpsql.dp.noise import RandomSource, uniform_permutation
 from dpsql.errors import ExecutionFailed
 from dpsql.planning.aggregates import NoisyCells, aggregate
-from dpsql.planning.measurements import Measurement
+from dpsql.planning.measurements import Measurement, MeasurementKind
 from dpsql.planning.plan import QueryPlan
+from dpsql.rewrite.quantile_buckets import vector
 
 
 @dataclass(frozen=True)
@@ -47,10 +48,11 @@ def release(plan: QueryPlan, rows: Sequence[tuple[Any, ...]], rng: RandomSource)
     noisy = _add_noise(plan.measurements, exact, rng)
     if plan.selection is not None and keys:
         kept = [i for i, count in enumerate(noisy[:, plan.selection.measurement]) if count >= plan.selection.threshold]
-        keys, noisy = [keys[i] for i in kept], noisy[kept]
+        keys, exact, noisy = [keys[i] for i in kept], exact[kept], noisy[kept]
     if plan.domains is None:
         order = uniform_permutation(len(keys), rng)
-        keys, noisy = [keys[i] for i in order], noisy[order]
+        keys, exact, noisy = [keys[i] for i in order], exact[order], noisy[order]
+    _choose_candidates(plan.measurements, exact, noisy, rng)
     return _outputs(plan, keys, noisy)
 
 
@@ -73,7 +75,7 @@ def _cells(plan: QueryPlan, rows: Sequence[tuple[Any, ...]]) -> tuple[list[tuple
     """The groups to consider, with their exact measurements: every public group (empty ones as zeros), or
     the groups present in the data whose public parts are declared values."""
     k, n = len(plan.query.keys), len(plan.measurements)
-    found = {tuple(_canonical(v) for v in row[:k]): [int(v) if v is not None else 0 for v in row[k:]] for row in rows}
+    found = {tuple(_canonical(v) for v in row[:k]): row[k:] for row in rows}
     if len(found) != len(rows):
         # Two engine groups became one Python key: one would silently replace the other, and one row could decide
         # which (a large group released or not). Keys leave the engine exactly (lossless.py), so this should
@@ -81,12 +83,22 @@ def _cells(plan: QueryPlan, rows: Sequence[tuple[Any, ...]]) -> tuple[list[tuple
         raise ExecutionFailed()
     if plan.domains is not None:
         keys = list(itertools.product(*plan.domains))
-        exact = [found.get(key, [0] * n) for key in keys]
     else:
         domains = [set(key.domain) if key.domain is not None else None for key in plan.query.keys]
         keys = [key for key in found if all(d is None or v in d for v, d in zip(key, domains, strict=True))]
-        exact = [found[key] for key in keys]
-    return keys, np.array(exact, dtype=object).reshape(len(keys), n)
+    exact = np.empty((len(keys), n), dtype=object)  # filled cell by cell: a quantile's cell is a list of counts
+    for g, key in enumerate(keys):
+        values = found.get(key, (None,) * n)  # a public group with no row: every measurement is empty
+        for j, (measurement, value) in enumerate(zip(plan.measurements, values, strict=True)):
+            exact[g, j] = _exact(measurement, value)
+    return keys, exact
+
+
+def _exact(measurement: Measurement, value: Any) -> int | list[int]:
+    """One cell's exact measurement: an integer, or a quantile's count per candidate (the engine's MAP)."""
+    if measurement.spec.kind is MeasurementKind.QUANTILE:
+        return vector(value, measurement.spec.grid)
+    return int(value) if value is not None else 0
 
 
 def _canonical(value: Any) -> Any:
@@ -99,7 +111,19 @@ def _canonical(value: Any) -> Any:
 
 
 def _add_noise(measurements: Sequence[Measurement], exact: np.ndarray, rng: RandomSource) -> np.ndarray:
+    """Every additive measurement plus its noise; a quantile's cells are left to _choose_candidates."""
     noisy = exact.copy()
-    for (cell, j), value in np.ndenumerate(exact):
-        noisy[cell, j] = value + measurements[j].mechanism.sample(rng)
+    for j, measurement in enumerate(measurements):
+        if measurement.spec.kind is not MeasurementKind.QUANTILE:
+            for cell in range(exact.shape[0]):
+                noisy[cell, j] = exact[cell, j] + measurement.mechanism.sample(rng)
     return noisy
+
+
+def _choose_candidates(measurements: Sequence[Measurement], exact: np.ndarray, noisy: np.ndarray,
+                       rng: RandomSource) -> None:
+    """Each quantile's value and interval in every released group (only those: the others are never shown)."""
+    for j, measurement in enumerate(measurements):
+        if measurement.spec.kind is MeasurementKind.QUANTILE:
+            for cell in range(exact.shape[0]):
+                noisy[cell, j] = measurement.mechanism.release(exact[cell, j], rng)

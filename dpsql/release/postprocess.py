@@ -10,6 +10,7 @@ evaluating the same expression at the aggregate's interval ends.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,7 +111,8 @@ def _project(query: CheckedQuery, columns: list[tuple[bool, int]], key_types: li
                 value = float(cells.values[g, i])
                 row.append(round(value) if integer[i] else value)
                 interval.append((float(cells.lows[g, i]), float(cells.highs[g, i])))
-                std.append(float(cells.stds[g, i]))
+                spread = float(cells.stds[g, i])
+                std.append(None if math.isnan(spread) else spread)  # a quantile's error is not additive noise
         rows.append(tuple(row))
         intervals.append(tuple(interval))
         stds.append(tuple(std))

@@ -24,6 +24,7 @@ from dpsql.analysis.vetting import may_fail
 from dpsql.dp.fixedpoint import clamp, double, null_preserving
 from dpsql.planning.plan import MeasurementKind, MeasurementSpec, QueryPlan
 from dpsql.rewrite import bounding
+from dpsql.rewrite.quantile_buckets import histogram
 from dpsql.sql import names
 from dpsql.sql.parse import DIALECT, literal
 
@@ -182,6 +183,8 @@ def _measurement(spec: MeasurementSpec, context: _Context) -> exp.Expression:
         return exp.Count(this=exp.Distinct(expressions=[exp.column(names.UNIT)]))
     if spec.kind is MeasurementKind.DISTINCT:
         return exp.Count(this=exp.Distinct(expressions=[_value_column(spec, context)]))
+    if spec.kind is MeasurementKind.QUANTILE:
+        return histogram(_value_column(spec, context), spec.grid)
     if spec.kind is MeasurementKind.ROWS:
         if spec.argument is None:
             return exp.Count(this=exp.Star())

@@ -32,8 +32,11 @@ def bucket_of(argument: exp.Expression, grid: Grid) -> exp.Expression:
     low, width = float(grid.low), float(grid.width)
     scaled = exp.Floor(this=exp.Div(this=exp.paren(exp.Sub(this=value, expression=exp.Literal.number(repr(low)))),
                                     expression=exp.Literal.number(repr(width))))
-    inside = exp.Greatest(this=scaled, expressions=[exp.Literal.number(0)])
-    return exp.cast(exp.Least(this=inside, expressions=[exp.Literal.number(grid.buckets)]), "BIGINT")
+    # DuckDB's own GREATEST and LEAST (sqlglot's would wrap each in a CASE for NULLs, which callers filter out):
+    # a NaN value goes to the top candidate (LEAST(NaN, K) is K, as NaN sorts above every number), an infinity to
+    # an end, so the cast to BIGINT cannot fail on any row.
+    inside = exp.Anonymous(this="greatest", expressions=[scaled, exp.Literal.number(0)])
+    return exp.cast(exp.Anonymous(this="least", expressions=[inside, exp.Literal.number(grid.buckets)]), "BIGINT")
 
 
 def bucket_counts(bounded: exp.Select, keys: Sequence[str], argument: exp.Expression, grid: Grid) -> exp.Select:
@@ -45,6 +48,22 @@ def bucket_counts(bounded: exp.Select, keys: Sequence[str], argument: exp.Expres
             .from_(source)
             .where(argument.copy().is_(exp.null()).not_())
             .group_by(*[exp.column(key) for key in keys], exp.column(BUCKET)))
+
+
+def histogram(value: exp.Expression, grid: Grid) -> exp.Expression:
+    """A bounded query's measurement of one quantile: per group, a MAP from candidate to rows, NULL values left
+    out (DuckDB's GREATEST would put a NULL in candidate 0). One column per group, so the quantile's counts travel
+    with the group's other measurements; DuckDB builds it in one pass, faster than its own exact quantile."""
+    counted = exp.Anonymous(this="histogram", expressions=[bucket_of(value, grid)])
+    return exp.Filter(this=counted, expression=exp.Where(this=value.copy().is_(exp.null()).not_()))
+
+
+def vector(histogram: dict | None, grid: Grid) -> list[int]:
+    """The engine's MAP (None for a group with no non-NULL value) as one count per candidate."""
+    counts = [0] * grid.candidates
+    for bucket, rows in (histogram or {}).items():
+        counts[int(bucket)] += int(rows)
+    return counts
 
 
 def count_vectors(rows: Iterable[Sequence[Any]], keys: int, grid: Grid) -> dict[tuple, list[int]]:

@@ -11,6 +11,7 @@ from dpsql.planning.aggregates.average import Average
 from dpsql.planning.aggregates.base import LEVEL, Aggregate, Estimate, IntervalMethod, NoisyCells
 from dpsql.planning.aggregates.count import Count
 from dpsql.planning.aggregates.distinct import DistinctValues
+from dpsql.planning.aggregates.quantile import QUANTILES
 from dpsql.planning.aggregates.spread import SPREADS
 from dpsql.planning.aggregates.total import Sum
 from dpsql.planning.aggregates.units import Units
@@ -22,6 +23,7 @@ AGGREGATES: tuple[Aggregate, ...] = (
     Sum(),
     Average(),
     *SPREADS,
+    *QUANTILES,
 )
 
 
