@@ -198,6 +198,7 @@ def _type_check(node: exp.Expression, table: TablePolicy, context: object, boole
         raise QueryRejected(f"{context}: the argument is {typed.kind.value}: only numbers and booleans can be "
                             "summed or averaged")
     _CONSTANTS.check(typed.node, context)
+    return typed.kind
 
 
 def _check_clauses(tree: exp.Select) -> None:

@@ -38,7 +38,7 @@ from dpsql.policy import ColumnPolicy, ColumnType, ContributionBound, Policy, Ta
 from dpsql.sql import names
 from dpsql.sql.parse import DIALECT
 
-TypeCheck = Callable[..., None]  # check._type_check: (node, table, context, boolean=, numeric=)
+TypeCheck = Callable[..., object]  # check._type_check: (node, table, context, boolean=, numeric=) -> Kind
 
 _INNER_CLAUSES = {"expressions", "from_", "joins", "where", "group", "having"}
 # The hidden per-unit columns a HAVING condition reads (not in the relation's schema: the outer query cannot).

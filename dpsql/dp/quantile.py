@@ -57,6 +57,9 @@ class Grid:
     low: Fraction
     width: Fraction
     buckets: int  # K: candidates = K + 1
+    # Whether every bucket holds one value only, its candidate (the integer grid, a single point). Otherwise a
+    # bucket holds the values in [c_j, c_j + width), and the released value is its middle (below).
+    points: bool = False
 
     @property
     def candidates(self) -> int:
@@ -72,6 +75,14 @@ class Grid:
             raise IndexError("no such candidate")
         return float(self.low + self.width * index)
 
+    def middle(self, index: int) -> float:
+        """What the choice of bucket `index` says of the quantile's value: the bucket's middle, which halves the
+        largest rounding error against its low end (post-processing of the choice). The top bucket holds the
+        upper bound only (values are clamped), and a points grid's buckets hold their candidate only."""
+        if self.points or index == self.buckets:
+            return self.value(index)
+        return float(self.low + self.width * index + self.width / 2)
+
     def bucket(self, x: float) -> int:
         """The candidate a value is rounded down to (what the engine computes per row, clamped to the bounds)."""
         clamped = min(max(Fraction(x), self.low), self.high)
@@ -84,9 +95,9 @@ def grid_for(low: float, high: float, integer: bool) -> Grid:
         raise ValueError("a quantile needs finite bounds low <= high")
     lo, hi = Fraction(low), Fraction(high)
     if lo == hi:
-        return Grid(lo, Fraction(1), 0)
+        return Grid(lo, Fraction(1), 0, points=True)
     if integer and lo.denominator == 1 and hi.denominator == 1 and hi - lo < MAX_INTEGER_CANDIDATES:
-        return Grid(lo, Fraction(1), int(hi - lo))
+        return Grid(lo, Fraction(1), int(hi - lo), points=True)
     buckets = 1 << GRID_BITS
     return Grid(lo, (hi - lo) / buckets, buckets)
 
@@ -115,7 +126,10 @@ class QuantileScore:
 
 @dataclass(frozen=True)
 class ExtremeScore:
-    """MIN (u(c) = -|lt(c) - k|) or MAX (u(c) = -|gt(c) - k|); Delta = m. k is public (extreme_rank)."""
+    """MIN: u(c) = -(the distance from k to [lt(c), lt(c) + eq(c)]), eq(c) the rows at c: 0 where c holds the row of
+    rank k. MAX the same with gt(c). Adding or removing a row moves lt(c) or eq(c) by one, so u(c) by at most one:
+    Delta = m. k is public (extreme_rank). Counting the rows at c matters when many rows share one value: with
+    -|lt(c) - k| every candidate at or below such a minimum would tie, and the answer would be uniform below it."""
 
     maximum: bool
     rank: int
@@ -128,7 +142,7 @@ class ExtremeScore:
     def utilities(self, counts: Sequence[int]) -> list[Fraction]:
         below, above = _below_above(counts)
         beyond = above if self.maximum else below
-        return [Fraction(-abs(n - self.rank)) for n in beyond]
+        return [Fraction(-max(0, n - self.rank, self.rank - n - at)) for n, at in zip(beyond, counts, strict=True)]
 
 
 Score = QuantileScore | ExtremeScore
@@ -275,7 +289,7 @@ class QuantileMechanism:
         """One group's value and interval, from its exact bucket counts."""
         chosen = release(counts, self.score, self.point_epsilon, rng)
         ends = interval(counts, chosen, self.q, self.interval_noise, rng)
-        return QuantileRelease(self.grid.value(chosen), self.grid.value(ends.low), self.grid.value(ends.high))
+        return QuantileRelease(self.grid.middle(chosen), self.grid.value(ends.low), self.grid.value(ends.high))
 
     def describe(self) -> str:
         return describe(self.grid, self.score, self.point_epsilon)

@@ -15,7 +15,7 @@ value is: that depends on how dense the data are there, which only the data know
   If it is below -h(p), fewer than q n rows are below p, so the quantile is at least p; above +h(p), it is below p.
   h(p) is the 95% two-sided half-width of D's noise, so each conclusion is wrong with probability at most 2.5%.
   The interval runs from the highest cut point that is confidently at or below the quantile to the lowest that is
-  confidently above it (the bounds when there is none), widened to hold the released candidate.
+  confidently above it (the bounds when there is none), widened to hold the chosen candidate's bucket.
 
 For MIN (q = 0) D(p) is the rows below p, and only the upper end can be confident; for MAX only the lower end. The
 interval is then for the true minimum (maximum), which the released value, a value with a few rows beyond it, is
@@ -99,4 +99,5 @@ def interval(counts: Sequence[int], chosen: int, q: Fraction, noise: LaplaceMech
             low = max(low, cuts[k])
         elif estimate >= h:
             high = min(high, cuts[k])
-    return CandidateInterval(min(low, chosen), max(high, chosen))
+    # Widened to hold the chosen bucket, whose values run up to the next candidate (the released value is inside).
+    return CandidateInterval(min(low, chosen), max(high, min(chosen + 1, buckets)))
