@@ -6,7 +6,7 @@ from sqlglot import exp
 
 from dpsql.planning.aggregates import LEVEL, aggregate
 from dpsql.planning.aggregates.base import number
-from dpsql.planning.measurements import Measurement
+from dpsql.planning.measurements import Measurement, MeasurementKind
 from dpsql.planning.plan import QueryPlan
 from dpsql.policy import Accounting, MechanismKind
 from dpsql.rewrite.passes import pretty
@@ -120,8 +120,11 @@ def _shared_shares(query_plan: QueryPlan) -> list[str]:
 
 def _measurement_row(index: int, m: Measurement) -> tuple[str, ...]:
     step = float(m.spec.step)
-    return (f"m{index}", m.spec.label, m.mechanism.name, number(m.sensitivity * step), number(m.share),
-            number(float(m.mechanism.scale) * step), number(m.mechanism.half_width(LEVEL) * step))
+    # A quantile's mechanism works in rows of rank (its sensitivity m max(q, 1 - q), its tail a rank error).
+    unit = " rows" if m.spec.kind is MeasurementKind.QUANTILE else ""
+    return (f"m{index}", m.spec.label, m.mechanism.name, number(m.mechanism.sensitivity * step) + unit,
+            number(m.share), number(float(m.mechanism.scale) * step) + unit,
+            number(m.mechanism.half_width(LEVEL) * step) + unit)
 
 
 def _table(rows: list[tuple[str, ...]]) -> list[str]:
