@@ -42,7 +42,7 @@ from fractions import Fraction
 from itertools import accumulate
 
 from dpsql.dp.mechanisms import LaplaceMechanism
-from dpsql.dp.noise import RandomSource, bernoulli_exp, uniform_permutation
+from dpsql.dp.noise import RandomSource, bernoulli_exp_ratio, uniform_permutation
 from dpsql.dp.quantile_interval import INTERVAL_SHARE, interval
 
 GRID_BITS = 10
@@ -120,8 +120,14 @@ class QuantileScore:
         return self.max_rows * max(self.q, 1 - self.q)
 
     def utilities(self, counts: Sequence[int]) -> list[Fraction]:
+        scaled, scale = self.scaled_utilities(counts)
+        return [Fraction(u, scale) for u in scaled]
+
+    def scaled_utilities(self, counts: Sequence[int]) -> tuple[list[int], int]:
+        """The utilities times the denominator of q, as integers (exact, and no Fraction per candidate)."""
         below, above = _below_above(counts)
-        return [-abs((1 - self.q) * lt - self.q * gt) for lt, gt in zip(below, above, strict=True)]
+        a, b = self.q.numerator, self.q.denominator
+        return [-abs((b - a) * lt - a * gt) for lt, gt in zip(below, above, strict=True)], b
 
 
 @dataclass(frozen=True)
@@ -140,9 +146,12 @@ class ExtremeScore:
         return Fraction(self.max_rows)
 
     def utilities(self, counts: Sequence[int]) -> list[Fraction]:
+        return [Fraction(u) for u in self.scaled_utilities(counts)[0]]
+
+    def scaled_utilities(self, counts: Sequence[int]) -> tuple[list[int], int]:
         below, above = _below_above(counts)
         beyond = above if self.maximum else below
-        return [Fraction(-max(0, n - self.rank, self.rank - n - at)) for n, at in zip(beyond, counts, strict=True)]
+        return [-max(0, n - self.rank, self.rank - n - at) for n, at in zip(beyond, counts, strict=True)], 1
 
 
 Score = QuantileScore | ExtremeScore
@@ -169,8 +178,18 @@ def _below_above(counts: Sequence[int]) -> tuple[list[int], list[int]]:
 def permute_and_flip(utilities: Sequence[Fraction], epsilon: Fraction, sensitivity: Fraction,
                      rng: RandomSource) -> int:
     """The index of the chosen candidate: epsilon-DP when one unit moves every utility by at most `sensitivity`."""
+    scale = math.lcm(*(Fraction(u).denominator for u in utilities))
+    return permute_and_flip_scaled([int(u * scale) for u in utilities], scale, epsilon, sensitivity, rng)
+
+
+def permute_and_flip_scaled(utilities: Sequence[int], scale: int, epsilon: Fraction, sensitivity: Fraction,
+                            rng: RandomSource) -> int:
+    """permute_and_flip of the utilities u / scale, in integers: candidate c's coin is exp(-gamma_c) with
+    gamma_c = epsilon (u* - u_c) / (2 sensitivity scale), one numerator over a denominator shared by all."""
     if epsilon <= 0 or sensitivity <= 0:
         raise ValueError("epsilon and the sensitivity must be positive")
+    factor = Fraction(epsilon) / (2 * Fraction(sensitivity) * scale)
+    numerator, denominator = factor.numerator, factor.denominator
     best = max(utilities)
     chosen: int | None = None
     # Every candidate's coin is flipped, also after the first acceptance, and the later ones are discarded: the
@@ -178,7 +197,7 @@ def permute_and_flip(utilities: Sequence[Fraction], epsilon: Fraction, sensitivi
     # does not tell how far down the random order it was (which would hint at the other candidates' utilities).
     # Each coin's own time still depends on its gamma; that residue is noted in the README.
     for index in uniform_permutation(len(utilities), rng):
-        accepted = bernoulli_exp(epsilon * (best - utilities[index]) / (2 * sensitivity), rng)
+        accepted = bernoulli_exp_ratio(numerator * (best - utilities[index]), denominator, rng)
         if accepted and chosen is None:
             chosen = index
     if chosen is None:  # pragma: no cover - the best candidate's gamma is 0, so its coin always accepts
@@ -188,7 +207,8 @@ def permute_and_flip(utilities: Sequence[Fraction], epsilon: Fraction, sensitivi
 
 def release(counts: Sequence[int], score: Score, epsilon: Fraction, rng: RandomSource) -> int:
     """One group's DP quantile (or MIN/MAX): the index of a candidate, from its bucket counts."""
-    return permute_and_flip(score.utilities(counts), epsilon, score.sensitivity, rng)
+    utilities, scale = score.scaled_utilities(counts)
+    return permute_and_flip_scaled(utilities, scale, epsilon, score.sensitivity, rng)
 
 
 def utility_tail(epsilon: Fraction, sensitivity: Fraction, candidates: int, level: Fraction = LEVEL) -> float:
