@@ -15,6 +15,7 @@ import pytest
 from sqlglot import exp
 
 from dpsql.analysis.check import check
+from dpsql.errors import ProgrammingError
 from dpsql.planning.aggregates import VOCABULARY
 from dpsql.policy import load_policy
 from dpsql.sql import names
@@ -75,3 +76,18 @@ def test_output_names_keep_literals_and_disambiguate_duplicates(pums_policy: Pat
                                 "COUNT(CASE WHEN CAST(sex AS TEXT) = 'A' THEN 1 END), SUM(age) AS n, educ")
     assert names == ["count(*)", "count(*)_2", "var(age)", "variance(age)", "variance(age)_2", "avg(age) + 1",
                      "count(CASE WHEN CAST(sex AS TEXT) = 'A' THEN 1 END)", "n", "educ"]
+
+
+@pytest.mark.parametrize(("sql", "same_as"), [
+    ("SELECT TOP 5 educ, COUNT(*) AS n FROM pums GROUP BY educ ORDER BY n DESC",
+     "SELECT educ, COUNT(*) AS n FROM pums GROUP BY educ ORDER BY n DESC LIMIT 5"),
+    ("select top 2 AVG(age) from pums", "SELECT AVG(age) FROM pums LIMIT 2"),
+    ("SELECT top FROM t", "SELECT top FROM t"),  # a column named top is still a column
+])
+def test_select_top_is_a_limit(sql: str, same_as: str) -> None:
+    assert parse(sql).tree == parse(same_as).tree
+
+
+def test_top_beside_limit_is_refused_as_unparseable() -> None:
+    with pytest.raises(ProgrammingError, match="cannot parse"):
+        parse("SELECT TOP 2 AVG(age) FROM pums LIMIT 3")

@@ -11,16 +11,18 @@ import datetime
 import decimal
 import logging
 import math
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import sqlglot
 from sqlglot import exp
 from sqlglot.dialects.duckdb import DuckDB
 from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import TokenType
 
 from dpsql.errors import DataError, ProgrammingError, QueryRejected, first_line
 
@@ -94,7 +96,7 @@ def parse(sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None)
         _SQLGLOT_LOG.addFilter(_QUIET)
     _QUIET.active.on = True
     try:
-        statements = [s for s in sqlglot.parse(sql, read=_PositionedDuckDB) if s is not None]
+        statements = _statements(sql)
     except (ParseError, TokenError) as exc:
         raise ProgrammingError(f"cannot parse the SQL: {first_line(exc)}") from None
     except RecursionError:
@@ -119,6 +121,25 @@ def parse(sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None)
 
 
 _META_COMMENT = "sqlglot.meta"
+_SELECT_TOP = re.compile(r"\s*SELECT\s+TOP\s+\d", re.IGNORECASE)
+
+
+class _TopDuckDB(_PositionedDuckDB):
+    """With TOP a keyword, as in T-SQL: `SELECT TOP 5 ...` is `SELECT ... LIMIT 5` (SmartNoise's corpus writes it).
+    Only a query that fails to parse otherwise and starts so is read with it: as a keyword, TOP would break a
+    column named top."""
+
+    class Tokenizer(_PositionedDuckDB.Tokenizer):
+        KEYWORDS: ClassVar[dict[str, TokenType]] = {**_PositionedDuckDB.Tokenizer.KEYWORDS, "TOP": TokenType.TOP}
+
+
+def _statements(sql: str) -> list[exp.Expression]:
+    try:
+        return [s for s in sqlglot.parse(sql, read=_PositionedDuckDB) if s is not None]
+    except ParseError:
+        if not _SELECT_TOP.match(sql):
+            raise
+        return [s for s in sqlglot.parse(sql, read=_TopDuckDB) if s is not None]
 
 
 
