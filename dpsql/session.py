@@ -23,6 +23,7 @@ from dpsql.dp.noise import RandomSource, SecureRandom
 from dpsql.engines.base import Engine
 from dpsql.engines.duckdb_engine import DuckDBEngine
 from dpsql.errors import DataError, ExecutionFailed, ProgrammingError
+from dpsql.planning.accuracy import budget_for_accuracy
 from dpsql.planning.aggregates import VOCABULARY
 from dpsql.planning.plan import Budget, Cost, QueryPlan, plan
 from dpsql.policy import MechanismKind, Policy, load_policy
@@ -91,20 +92,27 @@ class PrivateSession:
         self._public: dict[tuple, str | None] = {}
 
     def prepare(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None, *,
-                epsilon: float | None = None) -> PreparedQuery:
+                epsilon: float | None = None, accuracy: float | None = None) -> PreparedQuery:
         """Everything short of touching the data: costs nothing.
 
         A pure function of the SQL, the parameters, the budget and the (fixed) policy and schema, so it is
-        cached: asking the same question again skips straight to the charge.
+        cached: asking the same question again skips straight to the charge. With `accuracy` (and no epsilon) the
+        epsilon is the smallest that gives every released cell a 95% interval within +/- accuracy
+        (planning/accuracy.py), chosen from the plan alone.
         """
+        if accuracy is not None and epsilon is not None:
+            raise ProgrammingError("ask with an epsilon or with an accuracy, not both")
         budget = self._budget(epsilon)
-        key = (sql, repr(parameters), budget)
+        key = (sql, repr(parameters), budget, accuracy)
         prepared = self._prepared.get(key)
         if prepared is None:
             parsed = parse(sql, parameters)
             canonical = parsed.tree.sql(DIALECT, comments=False)
             facts = self.engine.public_facts()
-            query_plan = plan(check(normalize(parsed, self.policy, facts), self.policy, VOCABULARY, facts), budget)
+            checked = check(normalize(parsed, self.policy, facts), self.policy, VOCABULARY, facts)
+            if accuracy is not None:
+                budget = budget_for_accuracy(checked, accuracy, budget, exact(self.policy.budget.epsilon), plan)
+            query_plan = plan(checked, budget)
             bounded = rewrite(query_plan)
             key_types = self.engine.dry_run(bounded.sql)[:bounded.key_count]
             prepared = PreparedQuery(query_plan, bounded, key_types, self._rehearse(query_plan, key_types), canonical)
@@ -120,11 +128,11 @@ class PrivateSession:
         return self.post.run(query_plan.query, key_types, release_no_groups(query_plan)).types
 
     def execute(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None, *,
-                epsilon: float | None = None) -> PrivateResult:
+                epsilon: float | None = None, accuracy: float | None = None) -> PrivateResult:
         public = self._public_sql(sql, parameters)
         if public is not None:
             return self._public_answer(public)
-        prepared = self.prepare(sql, parameters, epsilon=epsilon)
+        prepared = self.prepare(sql, parameters, epsilon=epsilon, accuracy=accuracy)
         query_plan = prepared.plan
         key = None
         if self.answers is not None:
@@ -167,13 +175,13 @@ class PrivateSession:
                              answer.released_groups, cached_at=answer.at or None)
 
     def describe(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None, *,
-                 epsilon: float | None = None) -> list[OutputColumn]:
+                 epsilon: float | None = None, accuracy: float | None = None) -> list[OutputColumn]:
         """The columns a query would release, without the data and without a charge (a wire Describe)."""
         public = self._public_sql(sql, parameters)
         if public is not None:
             names, types = self.engine.describe_public(public)
             return [OutputColumn(name, kind, False) for name, kind in zip(names, types, strict=True)]
-        prepared = self.prepare(sql, parameters, epsilon=epsilon)
+        prepared = self.prepare(sql, parameters, epsilon=epsilon, accuracy=accuracy)
         query = prepared.plan.query
         return [OutputColumn(name, kind, noisy) for name, kind, noisy in
                 zip(query.output_names, prepared.output_types, query.output_noisy, strict=True)]

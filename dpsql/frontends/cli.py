@@ -75,6 +75,9 @@ class EpsilonType(click.ParamType):
 
 _epsilon_option = click.option("--epsilon", type=EpsilonType(), default=None,
                                help="The privacy cost of this query (default: the policy's query_epsilon).")
+_accuracy_option = click.option("--accuracy", type=EpsilonType(), default=None,
+                                help="Instead of --epsilon: the largest 95% half-width wanted for every noisy cell "
+                                     "(COUNT and SUM); dpsql charges the smallest epsilon that gives it.")
 _param_option = click.option("--param", "-p", "params", multiple=True,
                              help="A query parameter: VALUE for ? placeholders (in order), NAME=VALUE for :name.")
 
@@ -102,17 +105,18 @@ def main() -> None:
 @click.argument("sql")
 @_policy_option
 @_epsilon_option
+@_accuracy_option
 @_analyst_option
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @click.option("--ci", is_flag=True, help="Show each noisy value's 95% confidence interval.")
 @_param_option
 @_errors_as_messages
-def query(sql: str, policy: Path, epsilon: Fraction | float | None, analyst: str | None, fmt: str, ci: bool,
-          params: tuple[str, ...]) -> None:
+def query(sql: str, policy: Path, epsilon: Fraction | float | None, accuracy: Fraction | float | None,
+          analyst: str | None, fmt: str, ci: bool, params: tuple[str, ...]) -> None:
     """Run SQL privately: charge the budget, add calibrated noise, print the answer."""
     session = PrivateSession(policy, analyst)
     try:
-        result = session.execute(sql, _parameters(params), epsilon=epsilon)
+        result = session.execute(sql, _parameters(params), epsilon=epsilon, accuracy=accuracy)
         click.echo(render(result, fmt, ci))
         reason = why_no_rows(result)
         if reason is not None:
@@ -126,13 +130,15 @@ def query(sql: str, policy: Path, epsilon: Fraction | float | None, analyst: str
 @click.argument("sql")
 @_policy_option
 @_epsilon_option
+@_accuracy_option
 @_param_option
 @_errors_as_messages
-def explain_command(sql: str, policy: Path, epsilon: Fraction | float | None, params: tuple[str, ...]) -> None:
+def explain_command(sql: str, policy: Path, epsilon: Fraction | float | None, accuracy: Fraction | float | None,
+                    params: tuple[str, ...]) -> None:
     """Show the rewritten SQL, each cell's mechanism, noise and interval, and the cost. Spends nothing."""
     session = PrivateSession(policy)
     try:
-        click.echo(explain(session.prepare(sql, _parameters(params), epsilon=epsilon).plan))
+        click.echo(explain(session.prepare(sql, _parameters(params), epsilon=epsilon, accuracy=accuracy).plan))
     finally:
         session.close()
 

@@ -8,7 +8,8 @@
     cur.intervals         # per row and column, the 95% interval of each noisy cell (None elsewhere)
 
 Every `execute` is a private query: it is charged before it runs, and the charge is final (commit and rollback
-do nothing; nothing is ever written to the data). Extensions to PEP 249: `execute(..., epsilon=...)`,
+do nothing; nothing is ever written to the data). Extensions to PEP 249: `execute(..., epsilon=...)` or
+`execute(..., accuracy=...)`,
 `Cursor.intervals`, `Cursor.noise_std`, `Cursor.cost`, `Cursor.result`, `Connection.explain`,
 `Connection.budget`, `Connection.history`.
 """
@@ -137,9 +138,10 @@ class Connection:
         self.session  # noqa: B018
 
     def explain(self, operation: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None, *,
-                epsilon: float | None = None) -> str:
-        """What the query would run and cost, without running it or spending budget."""
-        return explain(self.session.prepare(operation, parameters, epsilon=epsilon).plan)
+                epsilon: float | None = None, accuracy: float | None = None) -> str:
+        """What the query would run and cost (with `accuracy`: the epsilon it would charge for it), without running
+        it or spending budget."""
+        return explain(self.session.prepare(operation, parameters, epsilon=epsilon, accuracy=accuracy).plan)
 
     def budget(self, analyst: str | None = None, *, everyone: bool = False) -> Spending:
         """Spent and remaining budget: this connection's analyst's, or with `everyone` the totals of all analysts.
@@ -158,9 +160,10 @@ class Connection:
         if analyst is not None and analyst != self.analyst:
             raise ProgrammingError(f"an analyst sees only their own charges and the totals, not {analyst!r}'s")
 
-    def _execute(self, operation: str, parameters: Any, epsilon: float | None) -> PrivateResult:
+    def _execute(self, operation: str, parameters: Any, epsilon: float | None,
+                 accuracy: float | None = None) -> PrivateResult:
         with self._lock:
-            return self.session.execute(operation, parameters, epsilon=epsilon)
+            return self.session.execute(operation, parameters, epsilon=epsilon, accuracy=accuracy)
 
     def __enter__(self) -> Connection:
         return self
@@ -207,18 +210,20 @@ class Cursor:
         return self._require_result().cost
 
     def execute(self, operation: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None, *,
-                epsilon: float | None = None) -> Cursor:
+                epsilon: float | None = None, accuracy: float | None = None) -> Cursor:
+        """Run a private query at `epsilon` (default: the connection's), or at the smallest epsilon that gives every
+        released cell a 95% interval within +/- `accuracy` (COUNT and SUM outputs; see README)."""
         self._check_open()
         self._result = None
-        self._result = self.connection._execute(operation, parameters, epsilon)
+        self._result = self.connection._execute(operation, parameters, epsilon, accuracy)
         self._position = 0
         return self
 
     def executemany(self, operation: str, seq_of_parameters: Sequence[Sequence[Any] | Mapping[str, Any]], *,
-                    epsilon: float | None = None) -> Cursor:
+                    epsilon: float | None = None, accuracy: float | None = None) -> Cursor:
         """Run the query once per parameter set; each run is a separate private query, charged separately."""
         for parameters in seq_of_parameters:
-            self.execute(operation, parameters, epsilon=epsilon)
+            self.execute(operation, parameters, epsilon=epsilon, accuracy=accuracy)
         return self
 
     def fetchone(self) -> tuple[Any, ...] | None:

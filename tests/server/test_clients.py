@@ -254,3 +254,18 @@ def test_a_public_table_is_read_row_by_row_with_parameters_and_described_without
         rows = cursor.fetchall()
     assert rows and all(population > 900000 for _, population in rows)
     assert len(charges(served.policy)) == before
+
+
+def test_set_accuracy_charges_the_smallest_epsilon_that_meets_it(served) -> None:
+    with psycopg.connect(dsn(served, "bob"), autocommit=True) as conn:
+        conn.execute("SET dpsql.epsilon = 0.25")
+        conn.execute("SET dpsql.accuracy = 40")  # replaces the epsilon
+        assert conn.execute("SHOW dpsql.epsilon").fetchone() == ("default",)
+        assert conn.execute("SHOW dpsql.accuracy").fetchone() == ("40",)
+        conn.execute("SET dpsql.intervals = on")
+        row = conn.execute("SELECT region, COUNT(*) AS n FROM visits WHERE age > 2 GROUP BY region").fetchone()
+        assert (row[3] - row[2]) / 2 <= 40
+        assert 0.2 < charges(served.policy)[-1].epsilon < 0.5  # count of sensitivity 5 at +/-40: about 0.37
+        with pytest.raises(psycopg.Error) as caught:
+            conn.execute("SELECT AVG(cost) FROM visits")
+        assert "depends on the data" in caught.value.diag.message_primary

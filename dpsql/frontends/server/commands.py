@@ -5,6 +5,8 @@ checks. They are recognised here by their whole text (nothing else is answered l
 can slip past the pipeline) and answered from the connection's own settings:
 
 - `SET dpsql.epsilon = 0.5` sets the cost of the connection's next queries (`RESET dpsql.epsilon`: the default);
+  `SET dpsql.accuracy = 25` instead charges each query the smallest epsilon that gives every noisy cell a 95%
+  interval within +/-25 (COUNT and SUM; setting one of the two clears the other);
   `SET dpsql.intervals = on` adds the 95% interval's ends after every noisy column; `SHOW dpsql.budget` shows the
   analyst's spending.
 - The parameters the server reports at startup can be shown; those it cannot honour (another time zone or date
@@ -55,6 +57,7 @@ REPORTED = ("server_version", "server_encoding", "client_encoding", "DateStyle",
 _READ_ONLY = {"server_version", "server_encoding", "integer_datetimes", "is_superuser", "session_authorization",
               "server_version_num", "max_identifier_length"}
 EPSILON = "dpsql.epsilon"
+ACCURACY = "dpsql.accuracy"
 INTERVALS = "dpsql.intervals"
 BUDGET = "dpsql.budget"
 
@@ -88,6 +91,7 @@ class Settings:
 
     values: dict[str, tuple[str, str]]  # lower-case name -> (name as spelt, value)
     epsilon: Fraction | None = None
+    accuracy: Fraction | None = None  # instead of epsilon: the 95% half-width asked of every noisy cell
     intervals: bool = False  # each noisy column followed by <name>_ci_low and <name>_ci_high
 
     @classmethod
@@ -103,6 +107,8 @@ class Settings:
     def get(self, name: str) -> str:
         if name.lower() == EPSILON:
             return "default" if self.epsilon is None else f"{float(self.epsilon):g}"
+        if name.lower() == ACCURACY:
+            return "none" if self.accuracy is None else f"{float(self.accuracy):g}"
         if name.lower() == INTERVALS:
             return "on" if self.intervals else "off"
         found = self.values.get(name.lower())
@@ -113,8 +119,9 @@ class Settings:
     def set(self, name: str, value: str | None) -> str | None:
         """Change a setting (None: back to its default); the name to report to the client, if it is reported."""
         key = name.lower()
-        if key == EPSILON:
-            self.epsilon = None if value is None or value.lower() == "default" else _epsilon(value)
+        if key in (EPSILON, ACCURACY):
+            number = None if value is None or value.lower() in ("default", "none") else _positive(key, value)
+            self.epsilon, self.accuracy = (number, None) if key == EPSILON else (None, number)
             return None
         if key == INTERVALS:
             self.intervals = value is not None and value.lower() != "default" and _switch(INTERVALS, value)
@@ -141,13 +148,13 @@ def _switch(name: str, text: str) -> bool:
     raise InvalidSettingValue(f"{name} must be on or off, not {text!r}")
 
 
-def _epsilon(text: str) -> Fraction:
+def _positive(name: str, text: str) -> Fraction:
     try:
         number = float(text)
     except ValueError:
-        raise InvalidSettingValue(f"dpsql.epsilon must be a number, not {text!r}") from None
+        raise InvalidSettingValue(f"{name} must be a number, not {text!r}") from None
     if not math.isfinite(number) or number <= 0:
-        raise InvalidSettingValue(f"dpsql.epsilon must be a finite number > 0, not {text!r}")
+        raise InvalidSettingValue(f"{name} must be a finite number > 0, not {text!r}")
     return exact(text.strip())
 
 
@@ -239,7 +246,7 @@ def _discard_all(ctx: Context) -> Answer:
     initial = Settings.initial(ctx.user, {})
     changed = tuple(spelt for key, (spelt, value) in ctx.settings.values.items()
                     if spelt in REPORTED and initial.values.get(key, (spelt, ""))[1] != value)
-    ctx.settings.values, ctx.settings.epsilon = initial.values, None
+    ctx.settings.values, ctx.settings.epsilon, ctx.settings.accuracy = initial.values, None, None
     return Answer((), [], "DISCARD ALL", reported=changed)
 
 

@@ -479,7 +479,8 @@ class Connection:
 
     async def _answer(self, statement: Statement, parameters: list[Any]) -> Answer:
         assert self.session is not None and self.settings is not None
-        session, settings, epsilon = self.session, self.settings, self.settings.epsilon
+        session, settings = self.session, self.settings
+        cost = {"epsilon": settings.epsilon, "accuracy": settings.accuracy}
         bound = parameters or None
         if statement.command is not None:
             if len(parameters) != statement.command.parameters:
@@ -489,9 +490,9 @@ class Connection:
             return await self._in_thread(statement.command.run, context)
         if statement.explained is not None:
             text = await self._with_engine(lambda: explain(session.prepare(statement.explained, bound,
-                                                                           epsilon=epsilon).plan))
+                                                                           **cost).plan))
             return Answer(_EXPLAIN_COLUMNS, [(line,) for line in text.splitlines()], "EXPLAIN")
-        result = await self._with_engine(lambda: session.execute(statement.sql, bound, epsilon=epsilon))
+        result = await self._with_engine(lambda: session.execute(statement.sql, bound, **cost))
         return self._private_answer(result, settings.intervals)
 
     def _private_answer(self, result: PrivateResult, with_ci: bool) -> Answer:
@@ -513,13 +514,14 @@ class Connection:
         if statement.explained is not None:
             return _EXPLAIN_COLUMNS
         assert self.session is not None and self.settings is not None
-        session, epsilon, with_ci = self.session, self.settings.epsilon, self.settings.intervals
+        session, with_ci = self.session, self.settings.intervals
+        cost = {"epsilon": self.settings.epsilon, "accuracy": self.settings.accuracy}
         values = parameters if parameters is not None else [dummy_value(oid) for oid in statement.reported]
 
         def describe() -> tuple[tuple[str, str], ...]:
             # The session's rehearsal found the output types when it prepared the question (a query of public
             # tables: the empty twins did): no data, no charge.
-            columns = session.describe(statement.sql, values or None, epsilon=epsilon)
+            columns = session.describe(statement.sql, values or None, **cost)
             return _columns([c.name for c in columns], [c.type for c in columns], [c.noisy for c in columns],
                             with_ci)
         return await self._with_engine(describe)
