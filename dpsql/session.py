@@ -141,6 +141,9 @@ class PrivateSession:
             if stored is not None:
                 return self._result(prepared, stored, Cost(Fraction(0), Fraction(0)),
                                     self.ledger.spending(self.analyst))
+        if not query_plan.measurements:
+            # Public keys and nothing measured: the declared values are the answer; no data, no charge, no entry.
+            return self._answer(prepared, self.ledger.spending(self.analyst), read_data=False)
         spending = self.ledger.charge(self.analyst, query_plan.cost, sql)
         # Everything after the charge touched the data, so whether it fails, and how, could depend on one row: any
         # exception (an engine error, the time limit, a conversion, two groups merging, a bug in release or
@@ -156,9 +159,9 @@ class PrivateSession:
                 self.answers.put(key, result.rows, result.intervals, result.noise_std, result.released_groups)
         return result
 
-    def _answer(self, prepared: PreparedQuery, spending: Spending) -> PrivateResult:
+    def _answer(self, prepared: PreparedQuery, spending: Spending, read_data: bool = True) -> PrivateResult:
         query_plan = prepared.plan
-        rows = self.engine.run(prepared.bounded.sql)
+        rows = self.engine.run(prepared.bounded.sql) if read_data else []
         cells = release(query_plan, rows, self.rng)
         final = self.post.run(query_plan.query, prepared.key_types, cells)
         answer = StoredAnswer(final.rows, final.intervals, final.stds, len(cells.keys), at="")

@@ -119,6 +119,7 @@ def check(parsed: ParsedQuery, policy: Policy, vocabulary: Vocabulary,
     per_unit = resolve_per_unit(tree, policy, _type_check, facts)  # FROM (SELECT unit, aggregates ... GROUP BY unit)
     tree, relation = per_unit if per_unit is not None else resolve(
         tree, policy, facts, lambda subquery: per_unit_relation(subquery, policy, _type_check, facts))
+    tree = _distinct_as_groups(tree)
     _check_clauses(tree)
     table = relation.schema if relation is not None else _table_of(tree, policy)
     _refuse_subqueries(tree)
@@ -139,9 +140,10 @@ def check(parsed: ParsedQuery, policy: Policy, vocabulary: Vocabulary,
     aggregates = _AggregateCalls(table, vocabulary)
     outer = _outer_query(tree, table, keys, aggregates)
     _check_constants(tree)
-    if not aggregates.calls:
-        raise QueryRejected("the query has no aggregate: only aggregates such as COUNT(*), SUM, AVG can be "
-                            "released privately, never individual rows")
+    if not aggregates.calls and not keys:
+        raise QueryRejected("the query has no aggregate: only aggregates such as COUNT(*), SUM, AVG, and the "
+                            "group keys of GROUP BY or SELECT DISTINCT, can be released privately, never individual "
+                            "rows")
     return CheckedQuery(
         sql=parsed.sql,
         table=table,
@@ -154,6 +156,25 @@ def check(parsed: ParsedQuery, policy: Policy, vocabulary: Vocabulary,
         output_noisy=tuple(bool(_aggregate_columns(e.this)) for e in outer.expressions),
         relation=relation,
     )
+
+
+def _distinct_as_groups(tree: exp.Select) -> exp.Select:
+    """`SELECT DISTINCT k1, k2 ... FROM t` is `SELECT k1, k2 ... GROUP BY k1, k2`: the keys are released like any
+    group keys (every declared value when all are public, else those that pass partition selection). With GROUP BY
+    or an aggregate the rows are one per group already, and DISTINCT is refused rather than guessed at."""
+    distinct = tree.args.get("distinct")
+    if distinct is None:
+        return tree
+    if distinct.args.get("on") is not None:
+        raise QueryRejected("SELECT DISTINCT ON is not supported: it keeps one row per key, chosen by the data")
+    if tree.args.get("group") is not None or any(isinstance(n, exp.AggFunc) for e in tree.expressions
+                                                 for n in e.walk()):
+        raise QueryRejected("SELECT DISTINCT with GROUP BY or aggregates: the answer has one row per group already; "
+                            "drop DISTINCT")
+    tree = tree.copy()
+    tree.set("distinct", None)
+    keys = [item.this if isinstance(item, exp.Alias) else item for item in tree.expressions]
+    return tree.group_by(*[key.copy() for key in keys], copy=False)
 
 
 def _read_var(tree: exp.Select) -> exp.Select:

@@ -30,7 +30,11 @@ def explain(query_plan: QueryPlan) -> str:
                   "assuming values spread over their bounds):"]
     header = ("", "measures", "mechanism", "sensitivity", share, "noise scale", f"{LEVEL:.0%} +/-")
     rows = [header] + [_measurement_row(i, m) for i, m in enumerate(query_plan.measurements)]
-    lines += _table(rows)
+    if query_plan.measurements:
+        lines += _table(rows)
+    else:
+        lines.append("  none: the answer is the keys' declared public values; the data is not read and nothing is "
+                     "charged")
     lines += _shared_shares(query_plan)
     lines += ["", "Outputs (post-processing of the measurements, free):"]
     for recipe in query_plan.recipes:

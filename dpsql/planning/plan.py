@@ -133,7 +133,10 @@ def plan(query: CheckedQuery, budget: Budget) -> QueryPlan:
         rows = next(i for i, s in enumerate(best.specs) if s.kind is MeasurementKind.ROWS and s.argument is None)
         delta = float(budget.delta)
         selection = Selection(rows, _threshold(measurements[rows].mechanism, m, delta), delta)
-    cost = Cost(budget.epsilon, budget.delta if needs_selection else Fraction(0))
+    # No measurement at all (keys with public values and no aggregate): the answer is the declared values, which
+    # the policy makes public, so it reads no data and costs nothing.
+    cost = Cost(budget.epsilon, budget.delta if needs_selection else Fraction(0)) if measurements else \
+        Cost(Fraction(0), Fraction(0))
     return QueryPlan(query, measurements, best.recipes, selection, cost, budget)
 
 
