@@ -13,16 +13,19 @@ quantile of the data. K: integer columns whose range has at most MAX_INTEGER_CAN
 mechanism's own value error at any epsilon dpsql is used with; a finer grid costs engine work and rank error for
 no visible gain.
 
-Utility (OpenDP's discrete_quantile_score, Smith 2011): with lt(c) rows below candidate c and gt(c) rows above,
-    u(c) = -|(1 - q) * lt(c) - q * gt(c)|,
-which is 0 where c splits the rows q : (1 - q). Adding or removing one row moves lt or gt (not both) by 1, so
-every u(c) by at most max(q, 1 - q); one unit adds or removes at most m rows (the contribution bound), so the
-sensitivity is Delta = m * max(q, 1 - q) <= m, for add/remove neighbours, the only ones dpsql uses (dp-notes 1).
-Unlike -|lt(c) - q*n|, this score does not depend on n, so ties at a value are handled symmetrically.
+Utility (the rank utility of Smith 2011 and OpenDP's discrete_quantile_score, on buckets): with lt(c) rows in the
+buckets below candidate c's and eq(c) rows in its own, u(c) = -(the distance from q n to [lt(c), lt(c) + eq(c)]),
+0 on the bucket that holds the row of rank q n. Adding or removing one row moves n by 1 and lt(c) or eq(c) by at
+most 1, so each end of the distance, and u(c), by at most max(q, 1 - q); one unit adds or removes at most m rows
+(the contribution bound), so the sensitivity is Delta = m * max(q, 1 - q) <= m, for add/remove neighbours, the only
+ones dpsql uses (dp-notes 1). OpenDP's -|(1 - q) lt(c) - q gt(c)| has the same sensitivity but treats a bucket's
+rows as sitting at c, which biases it away from point masses (130 zero incomes with q n = 100 score -87 at 0 and
+-30 at the next bucket). The value released for bucket j is its middle (Grid.middle).
 
-MIN and MAX (q = 0, 1) with that score tie every candidate below the minimum at utility 0, and the mechanism would
-pick among them uniformly: the answer would sit anywhere between the lower bound and the minimum. Instead MIN
-targets a fixed small rank, u(c) = -|lt(c) - k| (and MAX -|gt(c) - k|), Delta = m, with k the mechanism's own
+MIN and MAX (q = 0, 1) with a rank score tie every candidate below the minimum at utility 0, and the mechanism
+would pick among them uniformly: the answer would sit anywhere between the lower bound and the minimum. Instead
+MIN targets a fixed small rank k (ExtremeScore: the distance from k to the ranks c's bucket holds; MAX counts from
+the top), Delta = m, with k the mechanism's own
 95% rank tail ceil((2m/epsilon) ln((K+1)/0.05)) (public, so no 1/n). MIN is therefore "a value with about k rows
 below it", not the true extreme; see README.
 
@@ -104,7 +107,11 @@ def grid_for(low: float, high: float, integer: bool) -> Grid:
 
 @dataclass(frozen=True)
 class QuantileScore:
-    """u(c) = -|(1 - q) lt(c) - q gt(c)| from the per-candidate counts; Delta = m * max(q, 1 - q)."""
+    """u(c) = -(the distance from q n to [lt(c), lt(c) + eq(c)]), eq(c) the rows of candidate c's bucket: 0 where
+    the bucket holds the row of rank q n. Adding a row moves n by one and, below c, lt(c) by one, at c eq(c): each
+    end of the distance moves by q or 1 - q, so Delta = m max(q, 1 - q) (as for OpenDP's discrete_quantile_score).
+    Unlike -|(1 - q) lt - q gt|, this is 0 on the bucket that holds the quantile whatever the rows in it: that score
+    would prefer the bucket above a point mass (130 zero incomes, q n = 100: -87 at 0, -30 at the next bucket)."""
 
     q: Fraction
     max_rows: int
@@ -125,9 +132,10 @@ class QuantileScore:
 
     def scaled_utilities(self, counts: Sequence[int]) -> tuple[list[int], int]:
         """The utilities times the denominator of q, as integers (exact, and no Fraction per candidate)."""
-        below, above = _below_above(counts)
+        below, _ = _below_above(counts)
         a, b = self.q.numerator, self.q.denominator
-        return [-abs((b - a) * lt - a * gt) for lt, gt in zip(below, above, strict=True)], b
+        target = a * sum(counts)  # q n, times b
+        return [-max(0, b * lt - target, target - b * (lt + at)) for lt, at in zip(below, counts, strict=True)], b
 
 
 @dataclass(frozen=True)
