@@ -87,3 +87,17 @@ def test_summary_states_the_targets_and_the_speed_ratio(results: Path) -> None:
     assert dpsql and all(float(p["ratio_to_duckdb"]) > 0 and float(p["peak_rss_mb"]) > 0 for p in dpsql)
     overhead = {s["stage"]: float(s["median_ms"]) for s in _rows(results / "overhead_summary.csv")}
     assert overhead["execute, new SQL text"] > 0 and overhead["noise"] > 0
+
+
+def test_the_quantile_benchmark_runs_and_writes_its_tables(tmp_path: Path) -> None:
+    out = tmp_path / "quantiles.md"
+    done = subprocess.run([sys.executable, "-m", "benchmarks.quantile_accuracy", "--quick", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    text = out.read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| pums.income") or line.startswith("| visits")]
+    assert len(rows) == 2 * 5 * 2  # two columns, five targets, two epsilons
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert float(cells[3]) >= 0 and float(cells[4]) >= 0 and cells[5].endswith("%")
+    assert "| 100,000 | MEDIAN(x) |" in text
