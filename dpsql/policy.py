@@ -92,9 +92,17 @@ class ColumnPolicy:
 
 @dataclass(frozen=True)
 class ContributionBound:
-    """How much one privacy unit may contribute to one query: at most `max_rows` rows in total."""
+    """How much one privacy unit may contribute to one query: at most `max_rows` rows in total, and optionally, in a
+    GROUP BY query, at most `max_groups` groups and `max_rows_per_group` rows in each (Google's and Tumult's L0 and
+    Linf bounds: with both, one unit moves a vector of counts by sqrt(groups) * rows per group in L2)."""
 
     max_rows: int
+    max_groups: int | None = None
+    max_rows_per_group: int | None = None
+
+    @property
+    def per_group(self) -> bool:
+        return self.max_groups is not None or self.max_rows_per_group is not None
 
 
 @dataclass(frozen=True)
@@ -208,7 +216,7 @@ def _server_file(reader: _Reader, server: dict, key: str, default: str, path: Pa
 
 
 _TABLE_KEYS = {"source", "format", "table", "privacy_unit", "row_privacy", "max_rows_per_unit", "columns", "public",
-               "unit"}
+               "unit", "max_groups_per_unit", "max_rows_per_group"}
 _COLUMN_KEYS = {"type", "lower", "upper", "values", "nullable", "max_length", "per_unit"}
 _BUDGET_KEYS = {"epsilon", "delta", "query_epsilon", "query_delta", "accounting", "mechanism", "ledger",
                 "analysts"}
@@ -303,6 +311,16 @@ class _Reader:
             self.fail(where, "max_rows_per_unit", f"must be between 1 and 1000000, got {max_rows}")
         if row_privacy and max_rows != 1:
             self.fail(where, "max_rows_per_unit", "with row_privacy every row is its own unit: it must be 1")
+        per_group = {}
+        for key in ("max_groups_per_unit", "max_rows_per_group"):
+            if key in raw:
+                value = self.typed(raw[key], where, key, int)
+                if value < 1 or value > max_rows:
+                    self.fail(where, key, f"must be between 1 and max_rows_per_unit ({max_rows}), got {value}")
+                if row_privacy:
+                    self.fail(where, key, "with row_privacy every row is its own unit, in one group")
+                per_group[key] = value
+        bound = ContributionBound(max_rows, per_group.get("max_groups_per_unit"), per_group.get("max_rows_per_group"))
         label = None
         if unit is not None:
             label = self.typed(raw.get("unit", unit), where, "unit", str).strip().lower()
@@ -310,12 +328,13 @@ class _Reader:
                 self.fail(where, "unit", "must name what the unit is (e.g. \"patient\")")
         elif "unit" in raw:
             self.fail(where, "unit", "a unit label needs a privacy_unit column")
-        return TablePolicy(name.lower(), source, columns, ContributionBound(max_rows), unit, row_privacy, unit=label)
+        return TablePolicy(name.lower(), source, columns, bound, unit, row_privacy, unit=label)
 
     def public_table(self, name: str, raw: dict, where: str, source: Source,
                      columns: dict[str, ColumnPolicy]) -> TablePolicy:
         """A public table: its rows may be read as they are, so nothing about a person's contribution applies."""
-        for key in ("privacy_unit", "row_privacy", "max_rows_per_unit", "unit"):
+        for key in ("privacy_unit", "row_privacy", "max_rows_per_unit", "unit", "max_groups_per_unit",
+                    "max_rows_per_group"):
             if key in raw:
                 self.fail(where, key, "a public table has no privacy unit and no contribution bound")
         for column in columns.values():

@@ -39,6 +39,8 @@ QUERIES = (
     f"WHERE {U} IN ('A', 'B', 'C', 'D', 'E', 'F', 'G') GROUP BY g",
     f"SELECT SUM(CASE WHEN {L} = 'a' THEN n ELSE 0 END), AVG(CASE WHEN {L} = 'b' THEN x END) FROM t",
     f"SELECT COUNT(DISTINCT uid) FROM t WHERE coalesce({L}, 'q') <> 'z' AND coalesce({L}, 'r') <> 'y'",
+    # the per-group cap (the policy bounds groups and rows per group) partitions by the analyst's keys
+    f"SELECT {L} || 'k' AS k, COUNT(*), SUM(n) FROM t WHERE {U} <> 'Q' GROUP BY k",
 )
 
 
@@ -51,7 +53,8 @@ def policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
                "n": {"type": "int", "lower": 0, "upper": 10}, "x": {"type": "float", "lower": 0, "upper": 5},
                "b": {"type": "bool"}}
     return create_ledger(write_policy(folder / "policy.toml", {"t": {
-        "source": "t.csv", "privacy_unit": "uid", "max_rows_per_unit": 2, "columns": columns}}))
+        "source": "t.csv", "privacy_unit": "uid", "max_rows_per_unit": 2, "max_groups_per_unit": 2,
+        "max_rows_per_group": 1, "columns": columns}}))
 
 
 def plans(policy: Path) -> list[Any]:

@@ -11,6 +11,7 @@ import pytest
 
 from benchmarks.support import open_session, seeded, write_csv, write_policy
 from dpsql.dp.mechanisms import GaussianMechanism, LaplaceMechanism
+from dpsql.planning.contribution import Contribution
 from dpsql.planning.plan import _TAIL_MARGIN, _threshold
 from dpsql.release.cells import release
 from tests.exact_tails import gaussian_tail, worst_release
@@ -71,7 +72,7 @@ def test_the_threshold_bounds_the_exact_release_chance_by_delta(mechanism) -> No
     1e-16 a tail computed as 1 - cdf rounds to 0, and the threshold came out up to 76x too permissive."""
     m = mechanism.sensitivity
     for delta in THRESHOLD_DELTAS:
-        tau = _threshold(mechanism, m, delta)
+        tau = _threshold(mechanism, Contribution(m, m, m, False), delta)
         assert worst_release(mechanism, m, tau) <= mpmath.mpf(delta), (delta, tau)
         # and it is the smallest threshold the planner's own (float) bound allows
         below = max(mechanism.upper_tail(tau - 1 - m), m * mechanism.upper_tail(tau - 2))

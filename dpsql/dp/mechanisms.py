@@ -101,8 +101,9 @@ class LaplaceMechanism:
 
 @dataclass(frozen=True)
 class GaussianMechanism:
-    sensitivity: int  # L2, in grid steps
+    sensitivity: int  # L2, in grid steps (rounded up when it is the root of `squared`)
     rho: float
+    squared: int | None = None  # the exact squared L2 sensitivity, when it is not the square of `sensitivity`
 
     name = "discrete Gaussian"
 
@@ -112,7 +113,8 @@ class GaussianMechanism:
 
     @property
     def sigma2(self) -> Fraction:
-        return Fraction(self.sensitivity) ** 2 / (2 * Fraction(self.rho)) if self.sensitivity else Fraction(0)
+        squared = self.squared if self.squared is not None else self.sensitivity**2
+        return Fraction(squared) / (2 * Fraction(self.rho)) if self.sensitivity else Fraction(0)
 
     @property
     def scale(self) -> float:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 from sqlglot import exp
 
 from dpsql.planning.aggregates import LEVEL, aggregate
 from dpsql.planning.aggregates.base import number
+from dpsql.planning.contribution import contribution
 from dpsql.planning.measurements import Measurement, MeasurementKind
 from dpsql.planning.plan import QueryPlan
 from dpsql.policy import Accounting, MechanismKind
@@ -22,6 +25,11 @@ def explain(query_plan: QueryPlan) -> str:
         lines += _zcdp_guarantee(query_plan)
     unit = "each row is its own unit (row privacy)" if table.row_privacy else f"privacy unit '{table.privacy_unit}'"
     lines.append(f"Contribution bound: at most {query_plan.max_rows} row(s) per unit in this query; {unit}")
+    bound = contribution(query)
+    if bound.per_group_enforced:
+        lines.append(f"  and at most {bound.groups} group(s) per unit, {bound.rows_per_group} row(s) in each (by the "
+                     f"secret row hash): one unit moves the cells' row counts by at most {bound.l1} in L1 and "
+                     f"{math.sqrt(bound.l2_squared):.4g} in L2")
     if query.relation is not None:
         lines += [f"  {n}. {step}" for n, step in enumerate(query.relation.steps, 1)]
     lines.append(_groups(query_plan))

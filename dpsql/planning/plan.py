@@ -25,6 +25,7 @@ from dpsql.dp.mechanisms import GaussianMechanism, LaplaceMechanism, Mechanism, 
 from dpsql.dp.quantile import QuantileMechanism
 from dpsql.errors import QueryRejected
 from dpsql.planning.aggregates import aggregate
+from dpsql.planning.contribution import Contribution, contribution
 from dpsql.planning.measurements import Measurement, MeasurementKind, MeasurementSpec, Measures, OutputRecipe
 from dpsql.policy import Accounting, MechanismKind
 
@@ -96,7 +97,8 @@ class _Candidate:
 
     specs: list[MeasurementSpec]
     recipes: tuple[OutputRecipe, ...]
-    sensitivities: list[int]
+    sensitivities: list[int]  # what each measurement's mechanism is calibrated to: L1, or L2 rounded up (Gaussian)
+    squared: list[int]  # the exact squared L2, for a Gaussian
     items: list[int]  # per measurement, its budget item (measurements of disjoint rows share one)
     weights: list[float]  # per budget item, in value units, floored
     score: float
@@ -116,23 +118,24 @@ def plan(query: CheckedQuery, budget: Budget) -> QueryPlan:
                             "public values in the policy (values = [...]), or give the budget a delta so that "
                             "groups can be chosen by DP partition selection")
     zcdp = budget.accounting is Accounting.ZCDP
-    reach = min(m, cells) if cells is not None else m  # how many groups one unit's rows can reach
+    unit = contribution(query)
+    gaussian = budget.mechanism is MechanismKind.GAUSSIAN
 
-    candidates = (_candidate(measures, recipes, m, reach, zcdp)
+    candidates = (_candidate(measures, recipes, unit, cells, gaussian, zcdp)
                   for measures, recipes in _candidates(query, m, needs_selection))
     best = min(candidates, key=lambda candidate: candidate.score)  # the first of equals, as the order is fixed
 
     total = budget.epsilon**2 / 2 if zcdp else budget.epsilon
     shares = split(total, best.weights, zcdp)
     measurements = tuple(
-        Measurement(spec, sens, shares[item], _mechanism(budget, spec, sens, shares[item], m))
-        for spec, sens, item in zip(best.specs, best.sensitivities, best.items, strict=True)
+        Measurement(spec, sens, shares[item], _mechanism(budget, spec, sens, squared, shares[item], m))
+        for spec, sens, squared, item in zip(best.specs, best.sensitivities, best.squared, best.items, strict=True)
     )
     selection = None
     if needs_selection:
         rows = next(i for i, s in enumerate(best.specs) if s.kind is MeasurementKind.ROWS and s.argument is None)
         delta = float(budget.delta)
-        selection = Selection(rows, _threshold(measurements[rows].mechanism, m, delta), delta)
+        selection = Selection(rows, _threshold(measurements[rows].mechanism, unit, delta), delta)
     # No measurement at all (keys with public values and no aggregate): the answer is the declared values, which
     # the policy makes public, so it reads no data and costs nothing.
     cost = Cost(budget.epsilon, budget.delta if needs_selection else Fraction(0)) if measurements else \
@@ -140,9 +143,12 @@ def plan(query: CheckedQuery, budget: Budget) -> QueryPlan:
     return QueryPlan(query, measurements, best.recipes, selection, cost, budget)
 
 
-def _candidate(measures: Measures, recipes: tuple[OutputRecipe, ...], m: int, reach: int, zcdp: bool) -> _Candidate:
+def _candidate(measures: Measures, recipes: tuple[OutputRecipe, ...], unit: Contribution, cells: int | None,
+               gaussian: bool, zcdp: bool) -> _Candidate:
     specs = measures.specs
-    sensitivities = [_sensitivity(s, m, reach) for s in specs]
+    squared = [_l2_squared(s, unit, cells) for s in specs]
+    sensitivities = [math.isqrt(q - 1) + 1 if q else 0 for q in squared] if gaussian else \
+        [_l1(s, unit, cells) for s in specs]
     scaled = [w * (d * float(s.step)) ** 2 for w, d, s in zip(measures.weights, sensitivities, specs, strict=True)]
     # A measurement no output leans on (the count beside a sum centered at 0) still adds noise and needs a
     # positive share: floor every weight at a billionth of the largest.
@@ -154,10 +160,10 @@ def _candidate(measures: Measures, recipes: tuple[OutputRecipe, ...], m: int, re
     weights = [0.0] * len(index)
     for item, weight in zip(items, scaled, strict=True):
         weights[item] += weight
-    return _Candidate(specs, recipes, sensitivities, items, weights, objective(weights, zcdp))
+    return _Candidate(specs, recipes, sensitivities, squared, items, weights, objective(weights, zcdp))
 
 
-def _mechanism(budget: Budget, spec: MeasurementSpec, sensitivity: int, share: float,
+def _mechanism(budget: Budget, spec: MeasurementSpec, sensitivity: int, squared: int, share: float,
                max_rows: int) -> Mechanism | QuantileMechanism:
     if spec.kind is MeasurementKind.QUANTILE:
         # The exponential mechanism is pure DP whatever the policy's noise: under zCDP a share rho buys
@@ -165,24 +171,38 @@ def _mechanism(budget: Budget, spec: MeasurementSpec, sensitivity: int, share: f
         epsilon = math.sqrt(2 * share) if budget.accounting is Accounting.ZCDP else share
         return QuantileMechanism(spec.grid, spec.fraction, spec.maximum, max_rows, epsilon)
     if budget.mechanism is MechanismKind.GAUSSIAN:
-        return GaussianMechanism(sensitivity, share)
+        return GaussianMechanism(sensitivity, share, squared)
     epsilon = math.sqrt(2 * share) if budget.accounting is Accounting.ZCDP else share
     return LaplaceMechanism(sensitivity, epsilon)
 
 
-def _sensitivity(spec: MeasurementSpec, m: int, reach: int) -> int:
+def _l1(spec: MeasurementSpec, unit: Contribution, cells: int | None) -> int:
     if spec.kind is MeasurementKind.UNITS:
-        return reach
+        return unit.reach(cells)
+    if spec.kind is MeasurementKind.QUANTILE:
+        return unit.max_rows  # its mechanism calibrates itself to m max(q, 1 - q): see dp/quantile.py
     lo, hi = spec.row_range()
-    return m * max(abs(lo), abs(hi))
+    return unit.l1 * max(abs(lo), abs(hi))
 
 
-def _threshold(mechanism: Mechanism, m: int, delta: float) -> int:
+def _l2_squared(spec: MeasurementSpec, unit: Contribution, cells: int | None) -> int:
+    """The exact squared L2 sensitivity: one unit moves each group's cell by at most its rows there times the
+    largest value a row contributes (COUNT(DISTINCT unit): by one in each group it reaches)."""
+    if spec.kind is MeasurementKind.UNITS:
+        return unit.reach(cells)
+    if spec.kind is MeasurementKind.QUANTILE:
+        return unit.max_rows**2
+    lo, hi = spec.row_range()
+    return unit.l2_squared * max(abs(lo), abs(hi)) ** 2
+
+
+def _threshold(mechanism: Mechanism, unit: Contribution, delta: float) -> int:
     """The smallest count threshold that releases a group only one unit supports with probability <= delta.
 
-    A unit puts c_g rows in each group it reaches, sum c_g <= m. The chance that some group existing only
-    because of it is released is at most sum_g P(Z >= tau - c_g). That tail is convex in c_g, so the worst case
-    is one group with m rows or m groups with one row each: the threshold bounds both.
+    A unit puts c_g rows in each group it reaches (sum c_g <= m, c_g <= r, at most k groups: contribution.py).
+    The chance that some group existing only because of it is released is at most sum_g P(Z >= tau - c_g). That
+    tail is convex in c_g, so the worst case is a peaked allocation (Contribution.allocations: without per-group
+    bounds, one group with m rows, m groups with one row, and those between): the threshold bounds them all.
 
     The tails are evaluated in floating point without cancellation (relative error about 1e-14 at the deltas
     that matter, down to 1e-300); comparing against delta shrunk by _TAIL_MARGIN absorbs that rounding, so the
@@ -190,10 +210,14 @@ def _threshold(mechanism: Mechanism, m: int, delta: float) -> int:
     """
     target = delta * (1 - _TAIL_MARGIN)
 
-    def worst(tau: int) -> float:
-        return max(mechanism.upper_tail(tau - m), m * mechanism.upper_tail(tau - 1))
+    allocations = unit.allocations()
+    top = max(rows for allocation in allocations for _, rows in allocation)
 
-    return m + 1 + smallest(lambda k: worst(m + 1 + k) <= target)  # tails fall exponentially: gallop, then bisect
+    def worst(tau: int) -> float:
+        return max(sum(count * mechanism.upper_tail(tau - rows) for count, rows in allocation)
+                   for allocation in allocations)
+
+    return top + 1 + smallest(lambda k: worst(top + 1 + k) <= target)  # tails fall exponentially: gallop, bisect
 
 
 def _candidates(query: CheckedQuery, m: int,

@@ -22,6 +22,7 @@ from sqlglot import exp
 from dpsql.analysis.typecheck import total_expression
 from dpsql.analysis.vetting import may_fail
 from dpsql.dp.fixedpoint import clamp, double, null_preserving
+from dpsql.planning.contribution import contribution
 from dpsql.planning.plan import MeasurementKind, MeasurementSpec, QueryPlan
 from dpsql.rewrite import bounding
 from dpsql.rewrite.quantile_buckets import histogram
@@ -133,10 +134,38 @@ def project_row_values(tree: exp.Select, context: _Context) -> exp.Select:
             for i, k in enumerate(context.plan.query.keys)]
     values = [exp.alias_(_value(argument, context), names.row_value(i))
               for i, argument in enumerate(context.arguments)]
-    unit = [exp.column(names.UNIT, context.alias)] if any(
+    per_group = contribution(context.plan.query).per_group_enforced
+    unit = [exp.column(names.UNIT, context.alias)] if per_group or any(
         m.spec.kind is MeasurementKind.UNITS for m in context.plan.measurements) else []
-    projection = [*keys, *values, *unit] or [exp.alias_(exp.Literal.number(1), names.ONE)]
+    row_key = [exp.column(names.ROW_KEY, context.alias)] if per_group else []
+    projection = [*keys, *values, *unit, *row_key] or [exp.alias_(exp.Literal.number(1), names.ONE)]
     return tree.select(*projection, append=False, copy=False)
+
+
+def cap_rows_per_group(tree: exp.Select, context: _Context) -> exp.Select:
+    """With the policy's per-group bounds (planning/contribution.py): of each unit's rows (already at most m), at
+    most r in each group, by the secret row hash, and only the k groups whose smallest row hash is smallest. Both
+    choices read the unit's own rows only; the keys are the projected (total) key columns."""
+    unit = contribution(context.plan.query)
+    if not unit.per_group_enforced:
+        return tree
+    names_out = [e.alias_or_name for e in tree.expressions]
+    keys = [exp.column(names.key(i)) for i in range(len(context.plan.query.keys))]
+    by_group = [exp.column(names.UNIT), *[k.copy() for k in keys]]
+    key_order = exp.Order(expressions=[exp.Ordered(this=exp.column(names.ROW_KEY))])
+    in_group = exp.Window(this=exp.RowNumber(), partition_by=by_group, order=key_order)
+    group_key = exp.Window(this=exp.Min(this=exp.column(names.ROW_KEY)), partition_by=[c.copy() for c in by_group])
+    ranked = exp.select("*", exp.alias_(in_group, names.GROUP_ROW), exp.alias_(group_key, names.GROUP_KEY),
+                        copy=False).from_(tree.subquery(names.VALUES_BY_GROUP, copy=False), copy=False)
+    group_order = exp.Order(expressions=[exp.Ordered(this=exp.column(names.GROUP_KEY)),
+                                         *[exp.Ordered(this=k.copy()) for k in keys]])
+    numbered = exp.select("*", exp.alias_(exp.Window(this=exp.func("dense_rank"), partition_by=[exp.column(
+        names.UNIT)], order=group_order), names.GROUP_NUMBER), copy=False).from_(
+        ranked.subquery(names.VALUES_BY_GROUP, copy=False), copy=False).where(
+        exp.column(names.GROUP_ROW) <= unit.rows_per_group, copy=False)
+    return exp.select(*[exp.column(n) for n in names_out], copy=False).from_(
+        numbered.subquery(names.VALUES_BY_GROUP, copy=False), copy=False).where(
+        exp.column(names.GROUP_NUMBER) <= unit.groups, copy=False)
 
 
 def project_fixed_point(tree: exp.Select, context: _Context) -> exp.Select:
@@ -168,6 +197,7 @@ PASSES: tuple[Pass, ...] = (
     filter_rows,
     cap_rows_per_unit,
     project_row_values,
+    cap_rows_per_group,
     project_fixed_point,
     aggregate_measurements,
 )

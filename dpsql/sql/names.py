@@ -30,6 +30,10 @@ UNIT = "__dp_unit"  # the privacy unit (or a row number under row privacy)
 ROW_KEY = "__dp_key"  # the secret salted hash that orders one unit's rows
 RANK = "__dp_rank"  # the row's rank within its unit by ROW_KEY
 UNIT_ROWS = "__dp_n"  # how many rows the unit has in all
+GROUP_ROW = "__dp_group_row"  # a row's rank within its unit's rows of one group, by ROW_KEY
+GROUP_KEY = "__dp_group_key"  # the smallest ROW_KEY of a unit's rows in one group: orders its groups
+GROUP_NUMBER = "__dp_group_number"  # a group's rank among its unit's groups, by GROUP_KEY
+VALUES_BY_GROUP = "__dp_by_group"  # the subqueries of the per-group cap
 TWIN_SCHEMA = "__dp_twin"  # empty copies of the prepared tables, for the dry run
 
 # The bounded query's own subqueries and one-row placeholder (rewrite/).
