@@ -53,13 +53,20 @@ def frequencies(sampler: Sampler, counts: tuple[int, ...], seed: int) -> list[in
 def epsilon_lower_bound(sampler: Sampler) -> float:
     """A lower confidence bound (level 1 - ALPHA overall) on the largest |log ratio| of the two output laws."""
     first, second = frequencies(sampler, D, SEED), frequencies(sampler, D_PRIME, SEED + 1)
-    tests = 2 * len(D)
-    a = ALPHA / tests  # one-sided, per bound; two bounds per test
+    return log_ratio_lower_bound(dict(enumerate(first)), dict(enumerate(second)), DRAWS)
+
+
+def log_ratio_lower_bound(first: dict, second: dict, draws: int) -> float:
+    """Over every output either law drew (counts out of `draws` each): Clopper-Pearson bounds, Bonferroni-corrected
+    over the outputs and both directions, give a lower confidence bound on the largest |log ratio|."""
+    outputs = first.keys() | second.keys()
+    a = ALPHA / (2 * len(outputs))  # one-sided, per bound; two bounds per output and direction
     witness = 0.0
     for x, y in ((first, second), (second, first)):
-        for kx, ky in zip(x, y, strict=True):
-            low = beta.ppf(a / 2, kx, DRAWS - kx + 1) if kx else 0.0
-            high = beta.isf(a / 2, ky + 1, DRAWS - ky) if ky < DRAWS else 1.0
+        for output in outputs:
+            kx, ky = x.get(output, 0), y.get(output, 0)
+            low = beta.ppf(a / 2, kx, draws - kx + 1) if kx else 0.0
+            high = beta.isf(a / 2, ky + 1, draws - ky) if ky < draws else 1.0
             if low > 0:
                 witness = max(witness, math.log(low / high))
     return witness
@@ -109,17 +116,7 @@ def joint_epsilon_lower_bound(sampler: Callable) -> float:
             output = sampler(counts, rng)
             seen[output] = seen.get(output, 0) + 1
         laws.append(seen)
-    outputs = laws[0].keys() | laws[1].keys()
-    a = ALPHA / (2 * len(outputs))
-    witness = 0.0
-    for x, y in ((laws[0], laws[1]), (laws[1], laws[0])):
-        for output in outputs:
-            kx, ky = x.get(output, 0), y.get(output, 0)
-            low = beta.ppf(a / 2, kx, JOINT_DRAWS - kx + 1) if kx else 0.0
-            high = beta.isf(a / 2, ky + 1, JOINT_DRAWS - ky) if ky < JOINT_DRAWS else 1.0
-            if low > 0:
-                witness = max(witness, math.log(low / high))
-    return witness
+    return log_ratio_lower_bound(laws[0], laws[1], JOINT_DRAWS)
 
 
 def test_the_whole_quantile_release_stays_within_its_epsilon() -> None:
