@@ -23,7 +23,6 @@ from dpsql.planning.aggregates import VOCABULARY
 from dpsql.planning.plan import Budget, plan
 from dpsql.policy import Accounting, MechanismKind, load_policy
 from dpsql.rewrite.passes import rewrite
-from dpsql.sql import names
 from dpsql.sql.parse import parse
 
 QUERIES = [
@@ -76,9 +75,9 @@ def test_the_load_time_cap_keeps_the_sensitivity_and_the_answer(tmp_path_factory
     for j, measurement in enumerate(query_plan.measurements):
         change = sum(abs(full.get(g, [0] * 9)[j] - neighbour.get(g, [0] * 9)[j]) for g in set(full) | set(neighbour))
         assert change <= measurement.sensitivity, (query, measurement.spec.label, change)
-    # The same exact answer as capping after the filter (band not declared per_unit: the filtered rows' thresholds).
+    # The same exact answer as capping after the filter (band not declared per_unit: the filtered rows re-ranked).
     _, slow, after = _run(_write(base / "slow", units, m, per_unit=False), query, seed)
-    assert names.THRESHOLDS in slow and after == full
+    assert list(sql_tree(slow).find_all(_Window)) and after == full
 
 
 def test_a_per_unit_column_that_varies_within_a_unit_is_refused_at_load(tmp_path: Path) -> None:
@@ -94,5 +93,5 @@ def test_a_per_unit_column_that_varies_within_a_unit_is_refused_at_load(tmp_path
 def test_a_filter_on_other_columns_still_caps_after_filtering(tmp_path: Path) -> None:
     path = _write(tmp_path, [[("a", 1.0), ("b", 2.0)]], 1)
     _, bounded, _ = _run(path, "SELECT COUNT(*) FROM t WHERE band = 1 AND x > 1", 1)
-    assert names.THRESHOLDS in bounded
+    assert list(sql_tree(bounded).find_all(_Window))
 

@@ -13,9 +13,8 @@ each bounded column its clamped fixed-point integer (`__dp_q_<col>`, see dp/fixe
 filter, so they do not sort the table per person each time.
 
 At query time (`cap_rows`): a query without a row filter keeps `__dp_rank <= m`. A query with a filter caps
-*after* filtering (the filter is row-local, so this still depends only on the unit's rows): the first m filtered
-rows of each unit in the load-time order, found without ranking again (rows ranked at most m are kept as they are;
-the others against the m smallest filtered ranks of their unit); unless the filter reads only columns declared
+*after* filtering (the filter is row-local, so this still depends only on the unit's rows), ranking again, by
+the same hash, only the rows of units with more than m rows in all; unless the filter reads only columns declared
 `per_unit` (the same value on every row of a unit, checked at load by `varying_units`): it then keeps whole units,
 and `__dp_rank <= m` is the same cap at the cost of a filter.
 
@@ -77,27 +76,12 @@ def cap_rows(tree: exp.Select, table: TablePolicy, max_rows: int, prepared: str,
     if where is None or whole_units:
         return tree.where(exp.column(names.RANK, alias) <= max_rows, copy=False)
     filtered = exp.select("*").from_(exp.to_table(prepared).as_(alias)).where(where.this, copy=False)
-    rank = exp.column(names.RANK)
-    # A row ranked r <= m at load has at most r - 1 < m rows before it among the filtered ones: kept, no work. A
-    # row ranked beyond m (its unit has more than m rows) is kept when fewer than m filtered rows of its unit come
-    # before it: when the unit has fewer than m filtered rows, or r is at most the m-th smallest filtered rank.
-    # One aggregate over the filtered rows of those units replaces a window over them (no sort per unit).
-    smallest = exp.Anonymous(this="min", expressions=[rank.copy(), exp.Literal.number(max_rows)])
-    thresholds = exp.select(exp.column(names.UNIT), exp.alias_(smallest, names.FIRST_RANKS), copy=False) \
-        .from_(names.FILTERED, copy=False).where(exp.column(names.UNIT_ROWS) > max_rows, copy=False) \
-        .group_by(exp.column(names.UNIT), copy=False)
-    early = exp.select("*").from_(names.FILTERED).where(rank.copy() <= max_rows, copy=False)
-    firsts = exp.column(names.FIRST_RANKS, names.THRESHOLDS)
-    late_rank = exp.column(names.RANK, names.FILTERED)
-    kept_late = exp.or_(exp.Anonymous(this="len", expressions=[firsts.copy()]) < max_rows,
-                        late_rank.copy() <= exp.Anonymous(this="list_max", expressions=[firsts.copy()]))
-    late = exp.select(exp.column(exp.Star(), names.FILTERED)).from_(names.FILTERED, copy=False) \
-        .join(names.THRESHOLDS, using=[names.UNIT], copy=False) \
-        .where(exp.and_(late_rank > max_rows, kept_late), copy=False)
+    small = exp.select("*").from_(names.FILTERED).where(exp.column(names.UNIT_ROWS) <= max_rows, copy=False)
+    large = exp.select("*").from_(names.FILTERED).where(exp.column(names.UNIT_ROWS) > max_rows, copy=False) \
+        .qualify(_rank_within_unit() <= max_rows, copy=False)
     capped = exp.select("*").from_(exp.to_table(names.BOUNDED).as_(alias), copy=False)
     capped = capped.with_(names.FILTERED, as_=filtered, copy=False)
-    capped = capped.with_(names.THRESHOLDS, as_=thresholds, copy=False)
-    return capped.with_(names.BOUNDED, as_=exp.union(early, late, distinct=False, copy=False), copy=False)
+    return capped.with_(names.BOUNDED, as_=exp.union(small, large, distinct=False, copy=False), copy=False)
 
 
 def varying_units(table: TablePolicy, prepared: str, column: ColumnPolicy) -> exp.Select:

@@ -38,8 +38,6 @@ TWIN_SCHEMA = "__dp_twin"  # empty copies of the prepared tables, for the dry ru
 
 # The bounded query's own subqueries and one-row placeholder (rewrite/).
 FILTERED = "__dp_filtered"
-THRESHOLDS = "__dp_thresholds"  # per unit with more than m rows: the m smallest load ranks among its filtered rows
-FIRST_RANKS = "__dp_first_ranks"
 BOUNDED = "__dp_bounded"
 VALUES = "__dp_values"
 INTEGERS = "__dp_integers"
