@@ -39,7 +39,10 @@ BENCHMARKS = Path(__file__).resolve().parent
 SAMPLE = BENCHMARKS.parent / "sample_data"
 VENVS = BENCHMARKS / ".venvs"
 EPSILONS = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
-TARGETS = {"median": 0.5, "p10": 0.1, "p90": 0.9, "min": None, "max": None}
+# MIN and MAX are dpsql's (a value a few rows inside the extreme); q0 and q1 are QUANTILE_CONT(x, 0) and (x, 1),
+# the exponential mechanism at the extremes as Tumult's min/max and OpenDP's alpha 0/1 do (their answer for those).
+TARGETS = {"median": 0.5, "p10": 0.1, "p90": 0.9, "min": None, "max": None, "q0": 0.0, "q1": 1.0}
+EXTREMES = {"min": "min", "q0": "min", "max": "max", "q1": "max"}
 
 
 @dataclass(frozen=True)
@@ -97,8 +100,8 @@ def _values(column: Column) -> list[float]:
 
 def _truth(values: list[float], target: str) -> float:
     q = TARGETS[target]
-    if q is None:
-        return values[0] if target == "min" else values[-1]
+    if target in EXTREMES:
+        return values[0] if EXTREMES[target] == "min" else values[-1]
     position = q * (len(values) - 1)  # quantile_cont: linear between the two neighbouring order statistics
     below = math.floor(position)
     above = min(below + 1, len(values) - 1)
@@ -109,15 +112,16 @@ def _rank_error(values: list[float], target: str, answer: float) -> float:
     """Rows between the answer and the target rank: 0 when the target rank q n falls among the rows equal to the
     answer (ties), else the distance from q n to the nearer end of [#{x < answer}, #{x <= answer}]."""
     q = TARGETS[target]
-    if target == "min":
+    if EXTREMES.get(target) == "min":
         return bisect_left(values, answer)
-    if target == "max":
+    if EXTREMES.get(target) == "max":
         return len(values) - bisect_right(values, answer)
     below, at_most, rank = bisect_left(values, answer), bisect_right(values, answer), q * len(values)
     return max(0.0, below - rank, rank - at_most)
 
 
-def run_dpsql(column: Column, epsilons: tuple[float, ...], runs: int) -> dict[str, list[tuple[float, float, float]]]:
+def run_dpsql(column: Column, epsilons: tuple[float, ...], runs: int,
+              targets: tuple[str, ...]) -> dict[str, list[tuple[float, float, float]]]:
     """(value, low, high) per run, keyed 'target|epsilon'."""
     from benchmarks.support import seeded
     from dpsql.release.cells import release
@@ -125,7 +129,7 @@ def run_dpsql(column: Column, epsilons: tuple[float, ...], runs: int) -> dict[st
     answers: dict[str, list[tuple[float, float, float]]] = {}
     session = PrivateSession(column.policy, "bench", create_ledger=True)
     try:
-        for target in TARGETS:
+        for target in targets:
             for epsilon in epsilons:
                 prepared = session.prepare(_sql(column, target), epsilon=epsilon)
                 rows = session.engine.run(prepared.bounded.sql)
@@ -149,8 +153,8 @@ def _opendp_job(job: dict) -> dict:
     import opendp.prelude as dp
     dp.enable_features("contrib")
     answers: dict[str, list[float]] = {}
-    for target, q in TARGETS.items():
-        alpha = {"min": 0.0, "max": 1.0}.get(target, q)
+    for target in job["targets"]:
+        alpha = {"min": 0.0, "max": 1.0}.get(EXTREMES.get(target, ""), TARGETS[target])
         for epsilon in job["epsilons"]:
             def make(scale: float, alpha: float = alpha) -> Any:
                 return dp.m.make_private_quantile(dp.vector_domain(dp.atom_domain(T=float, nan=False)),
@@ -180,13 +184,14 @@ def _tumult_job(job: dict) -> dict:
                                      protected_change=AddRowsWithID(id_column=job["unit"]))
     low, high, name = float(job["low"]), float(job["high"]), job["column"]
     answers: dict[str, list[float]] = {}
-    for target, q in TARGETS.items():
+    for target in job["targets"]:
+        q, kind = TARGETS[target], EXTREMES.get(target, target)
         for epsilon in job["epsilons"]:
             base = QueryBuilder("data").enforce(MaxRowsPerID(job["max_rows"]))
             query = {"min": lambda b: b.min(name, low, high, name="v"),
                      "max": lambda b: b.max(name, low, high, name="v"),
                      "median": lambda b: b.median(name, low, high, name="v")}.get(
-                target, lambda b, q=q: b.quantile(name, q, low, high, name="v"))(base)
+                kind, lambda b, q=q: b.quantile(name, q, low, high, name="v"))(base)
             answers[f"{target}|{epsilon}"] = [
                 float(session.evaluate(query, PureDPBudget(epsilon)).toPandas()["v"][0]) for _ in range(job["runs"])]
     spark.stop()
@@ -194,12 +199,13 @@ def _tumult_job(job: dict) -> dict:
 
 
 def run_peer(peer: str, column: Column, epsilons: tuple[float, ...], runs: int, values: list[float],
-             scratch: Path) -> dict[str, list[float]] | str:
+             scratch: Path, targets: tuple[str, ...]) -> dict[str, list[float]] | str:
     """The peer's answers, or why it was skipped."""
     python = VENVS / peer / "bin" / "python"
     if not python.exists():
         return f"not set up ({python} missing: python -m benchmarks setup-peers)"
-    job = {"epsilons": list(epsilons), "runs": runs, "max_rows": column.max_rows, "csv": str(column.csv),
+    job = {"epsilons": list(epsilons), "targets": list(targets), "runs": runs, "max_rows": column.max_rows,
+           "csv": str(column.csv),
            "unit": column.unit, "column": column.column, "low": column.low, "high": column.high,
            "values": values, "candidates": _grid(column), "scratch": str(scratch),
            "result": str(scratch / f"{peer}.json")}
@@ -219,7 +225,8 @@ def _stats(values: list[float], target: str, answers: list[float]) -> tuple[floa
             statistics.median(_rank_error(values, target, a) for a in answers))
 
 
-def accuracy(runs: int, peer_runs: int, epsilons: tuple[float, ...], peers: tuple[str, ...]) -> list[str]:
+def accuracy(runs: int, peer_runs: int, epsilons: tuple[float, ...], peers: tuple[str, ...],
+             targets: tuple[str, ...]) -> list[str]:
     lines = ["| data | target | epsilon | dpsql value err | dpsql rank err | coverage | "
              + " | ".join(f"{p} value err | {p} rank err" for p in peers)
              + " | dpsql / best peer (value) | dpsql / best peer (rank) |",
@@ -229,13 +236,13 @@ def accuracy(runs: int, peer_runs: int, epsilons: tuple[float, ...], peers: tupl
         with tempfile.TemporaryDirectory() as scratch:
             column = _capped(original, Path(scratch))
             values = _values(column)
-            ours = run_dpsql(column, epsilons, runs)
+            ours = run_dpsql(column, epsilons, runs, targets)
             theirs = {peer: run_peer(peer, column, epsilons, peer_runs if peer == "tumult" else runs, values,
-                                     Path(scratch)) for peer in peers}
+                                     Path(scratch), targets) for peer in peers}
         for peer, found in theirs.items():
             if isinstance(found, str):
                 skipped.append(f"{peer} on {column.name}: {found}")
-        for target in TARGETS:
+        for target in targets:
             truth = _truth(values, target)
             for epsilon in epsilons:
                 key = f"{target}|{epsilon}"
@@ -300,6 +307,8 @@ def main() -> None:
     parser.add_argument("--peer-runs", type=int, default=20, help="Tumult's runs per point (each one is Spark's)")
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--epsilons", type=float, nargs="+", default=list(EPSILONS))
+    parser.add_argument("--targets", nargs="+", choices=list(TARGETS), default=list(TARGETS))
+    parser.add_argument("--no-speed", action="store_true")
     parser.add_argument("--quick", action="store_true", help="few runs, 2 epsilons, 100,000 rows, no peers")
     parser.add_argument("--out", type=Path, default=None, help="also write the tables as Markdown")
     parser.add_argument("--tumult-job", type=Path, default=None, help=argparse.SUPPRESS)
@@ -314,8 +323,11 @@ def main() -> None:
         args.runs, args.peer_runs, args.rows = 20, 2, 100_000
     epsilons = (0.1, 1.0) if args.quick else tuple(args.epsilons)
     peers = () if args.quick else ("tumult", "opendp")
-    text = "\n".join(["## Accuracy (median over runs)", "", *accuracy(args.runs, args.peer_runs, epsilons, peers), "",
-                      "## Speed", "", *speed(args.rows)])
+    lines = ["## Accuracy (median over runs)", "", *accuracy(args.runs, args.peer_runs, epsilons, peers,
+                                                                tuple(args.targets))]
+    if not args.no_speed:
+        lines += ["", "## Speed", "", *speed(args.rows)]
+    text = "\n".join(lines)
     print(text)
     if args.out is not None:
         args.out.write_text("# Quantiles against Tumult Analytics and OpenDP\n\n`python -m "

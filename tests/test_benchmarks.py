@@ -96,7 +96,7 @@ def test_the_quantile_benchmark_runs_and_writes_its_tables(tmp_path: Path) -> No
     assert done.returncode == 0, done.stderr
     text = out.read_text()
     rows = [line for line in text.splitlines() if line.startswith("| pums.income") or line.startswith("| visits")]
-    assert len(rows) == 2 * 5 * 2  # two columns, five targets, two epsilons
+    assert len(rows) == 2 * 7 * 2  # two columns, seven targets, two epsilons
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert float(cells[3]) >= 0 and float(cells[4]) >= 0 and cells[5].endswith("%")
