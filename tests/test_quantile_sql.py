@@ -217,3 +217,15 @@ def test_quantiles_over_a_join_and_over_per_unit_values(visits_policy: Path) -> 
         assert 0 <= median <= maximum
     finally:
         session.close()
+
+
+def test_the_extreme_quantiles_answer_a_bucket_s_end_not_its_middle(tmp_path: Path) -> None:
+    """QUANTILE_CONT(x, 0) and (x, 1) where many values sit at the bounds (clamped): at a large epsilon the bucket
+    chosen is the first (last), and the answer its end, the bound itself, not the bucket's middle."""
+    rows = [(u, "a", 0, 0.0 if u % 2 else 150.0) for u in range(400)]  # x clamped to [0, 100]: 0 and 100
+    session = _session(_table(tmp_path, rows, m=1))
+    try:
+        result = session.execute("SELECT QUANTILE_CONT(x, 0), QUANTILE_CONT(x, 1) FROM t", epsilon=5000)
+    finally:
+        session.close()
+    assert result.rows == [(0.0, 100.0)]

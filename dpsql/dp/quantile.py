@@ -20,7 +20,7 @@ most 1, so each end of the distance, and u(c), by at most max(q, 1 - q); one uni
 (the contribution bound), so the sensitivity is Delta = m * max(q, 1 - q) <= m, for add/remove neighbours, the only
 ones dpsql uses (dp-notes 1). OpenDP's -|(1 - q) lt(c) - q gt(c)| has the same sensitivity but treats a bucket's
 rows as sitting at c, which biases it away from point masses (130 zero incomes with q n = 100 score -87 at 0 and
--30 at the next bucket). The value released for bucket j is its middle (Grid.middle).
+-30 at the next bucket). The value released for bucket j is its middle (Grid.estimate; an end for q = 0, 1).
 
 MIN and MAX (q = 0, 1) with a rank score tie every candidate below the minimum at utility 0, and the mechanism
 would pick among them uniformly: the answer would sit anywhere between the lower bound and the minimum. Instead
@@ -78,12 +78,16 @@ class Grid:
             raise IndexError("no such candidate")
         return float(self.low + self.width * index)
 
-    def middle(self, index: int) -> float:
-        """What the choice of bucket `index` says of the quantile's value: the bucket's middle, which halves the
-        largest rounding error against its low end (post-processing of the choice). The top bucket holds the
-        upper bound only (values are clamped), and a points grid's buckets hold their candidate only."""
-        if self.points or index == self.buckets:
+    def estimate(self, index: int, q: Fraction | None) -> float:
+        """What the choice of bucket `index` says of the q-quantile's value (post-processing of the choice): the
+        bucket's middle, which halves the largest rounding error against its low end; for q = 0 its low end and for
+        q = 1 its high end, where the smallest and the largest row of the bucket are (clamped values pile up at the
+        bounds: the lowest candidate is the lower bound itself). The top bucket holds the upper bound only, and a
+        points grid's buckets hold their candidate only."""
+        if self.points or index == self.buckets or q == 0:
             return self.value(index)
+        if q == 1:
+            return self.value(index + 1)
         return float(self.low + self.width * index + self.width / 2)
 
     def bucket(self, x: float) -> int:
@@ -317,7 +321,8 @@ class QuantileMechanism:
         """One group's value and interval, from its exact bucket counts."""
         chosen = release(counts, self.score, self.point_epsilon, rng)
         ends = interval(counts, chosen, self.q, self.interval_noise, rng)
-        return QuantileRelease(self.grid.middle(chosen), self.grid.value(ends.low), self.grid.value(ends.high))
+        value = self.grid.estimate(chosen, self.fraction)
+        return QuantileRelease(value, self.grid.value(ends.low), self.grid.value(ends.high))
 
     def describe(self) -> str:
         return describe(self.grid, self.score, self.point_epsilon)
