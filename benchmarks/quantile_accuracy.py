@@ -309,6 +309,7 @@ def main() -> None:
     parser.add_argument("--epsilons", type=float, nargs="+", default=list(EPSILONS))
     parser.add_argument("--targets", nargs="+", choices=list(TARGETS), default=list(TARGETS))
     parser.add_argument("--no-speed", action="store_true")
+    parser.add_argument("--no-peers", action="store_true", help="dpsql alone (its errors and coverage)")
     parser.add_argument("--quick", action="store_true", help="few runs, 2 epsilons, 100,000 rows, no peers")
     parser.add_argument("--out", type=Path, default=None, help="also write the tables as Markdown")
     parser.add_argument("--tumult-job", type=Path, default=None, help=argparse.SUPPRESS)
@@ -322,7 +323,7 @@ def main() -> None:
     if args.quick:
         args.runs, args.peer_runs, args.rows = 20, 2, 100_000
     epsilons = (0.1, 1.0) if args.quick else tuple(args.epsilons)
-    peers = () if args.quick else ("tumult", "opendp")
+    peers = () if args.quick or args.no_peers else ("tumult", "opendp")
     lines = ["## Accuracy (median over runs)", "", *accuracy(args.runs, args.peer_runs, epsilons, peers,
                                                                 tuple(args.targets))]
     if not args.no_speed:

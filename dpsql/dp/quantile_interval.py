@@ -13,7 +13,8 @@ value is: that depends on how dense the data are there, which only the data know
   output (adaptive composition);
 - at a cut point p the noisy D(p) = (1 - q) * (rows below p) - q * (rows at or above p) estimates lt(p) - q n.
   If it is below -h(p), fewer than q n rows are below p, so the quantile is at least p; above +h(p), it is below p.
-  h(p) is the 95% two-sided half-width of D's noise, so each conclusion is wrong with probability at most 2.5%.
+  h(p) is the two-sided half-width of D's noise at level 1 - 5%/c, c the cut points on p's side of the chosen
+  candidate, so each end is moved by a wrong conclusion with probability at most 2.5% (Bonferroni).
   The interval runs from the highest cut point that is confidently at or below the quantile to the lowest that is
   confidently above it (the bounds when there is none), widened to hold the chosen candidate's bucket.
 
@@ -68,8 +69,8 @@ def region_counts(counts: Sequence[int], cuts: Sequence[int]) -> list[int]:
 
 
 @functools.lru_cache(maxsize=4096)
-def half_width(below: int, above: int, q: Fraction, scale: Fraction) -> float:
-    """h with P(|(1 - q) * (sum of `below` Laplace(scale)) - q * (sum of `above` ones)| > h) ~= 1 - LEVEL."""
+def half_width(below: int, above: int, q: Fraction, scale: Fraction, level: float = LEVEL) -> float:
+    """h with P(|(1 - q) * (sum of `below` Laplace(scale)) - q * (sum of `above` ones)| > h) ~= 1 - level."""
     weights = [float(1 - q)] * below + [float(q)] * above
     b = float(scale)
     kappa2 = sum(2 * (w * b) ** 2 for w in weights)
@@ -77,7 +78,7 @@ def half_width(below: int, above: int, q: Fraction, scale: Fraction) -> float:
         return 0.0
     kappa4 = sum(12 * (w * b) ** 4 for w in weights)
     excess = kappa4 / kappa2**2
-    z = NormalDist().inv_cdf((1 + LEVEL) / 2)
+    z = NormalDist().inv_cdf((1 + level) / 2)
     return (z + (z**3 - 3 * z) * excess / 24) * kappa2**0.5
 
 
@@ -91,10 +92,15 @@ def interval(counts: Sequence[int], chosen: int, q: Fraction, noise: LaplaceMech
     low, high = 0, buckets
     below = 0
     total = sum(noisy)
+    # Each end may be moved by a false conclusion at any of the cut points on its side of the chosen candidate:
+    # each side's 2.5% is shared among them (Bonferroni). Testing each cut at 2.5% covered 89-92% at small epsilons.
+    lower_cuts = sum(1 for p in cuts[1:] if p <= chosen) or 1
+    upper_cuts = (regions - 1 - sum(1 for p in cuts[1:] if p <= chosen)) or 1
     for k in range(1, regions):
         below += noisy[k - 1]
         estimate = (1 - q) * below - q * (total - below)
-        h = half_width(k, regions - k, q, noise.scale)
+        side = lower_cuts if cuts[k] <= chosen else upper_cuts
+        h = half_width(k, regions - k, q, noise.scale, 1 - (1 - LEVEL) / side)
         if estimate <= -h:
             low = max(low, cuts[k])
         elif estimate >= h:
