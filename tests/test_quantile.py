@@ -39,13 +39,13 @@ def pf_probabilities(utilities: list[Fraction], epsilon: Fraction, sensitivity: 
     return out
 
 
-def test_the_grid_takes_every_integer_of_a_small_range_and_2_to_the_10_buckets_otherwise() -> None:
+def test_the_grid_takes_every_integer_of_a_small_range_and_2_to_the_12_buckets_otherwise() -> None:
     small = grid_for(1, 1001, integer=True)
     assert (small.candidates, small.value(0), small.value(1000), small.bucket(17)) == (1001, 1.0, 1001.0, 16)
     wide = grid_for(0.0, 1e6, integer=True)
-    assert wide.buckets == 1024 and wide.value(1024) == 1e6
+    assert wide.buckets == 4096 and wide.value(4096) == 1e6
     real = grid_for(-1.5, 2.5, integer=False)
-    assert (real.bucket(-99), real.bucket(2.5), real.bucket(99), real.bucket(0.0)) == (0, 1024, 1024, 384)
+    assert (real.bucket(-99), real.bucket(2.5), real.bucket(99), real.bucket(0.0)) == (0, 4096, 4096, 1536)
     assert grid_for(3, 3, integer=True).candidates == 1
 
 
