@@ -132,7 +132,7 @@ def run_dpsql(column: Column, epsilons: tuple[float, ...], runs: int,
         for target in targets:
             for epsilon in epsilons:
                 prepared = session.prepare(_sql(column, target), epsilon=epsilon)
-                rows = session.engine.run(prepared.bounded.sql)
+                rows = session.measure(prepared)
                 rng = seeded(zlib.crc32(f"{column.name}|{target}|{epsilon}".encode()))
                 cells = [release(prepared.plan, rows, rng) for _ in range(runs)]
                 answers[f"{target}|{epsilon}"] = [(float(c.values[0, 0]), float(c.lows[0, 0]),

@@ -41,6 +41,8 @@ QUERIES = (
     f"SELECT COUNT(DISTINCT uid) FROM t WHERE coalesce({L}, 'q') <> 'z' AND coalesce({L}, 'r') <> 'y'",
     # the per-group cap (the policy bounds groups and rows per group) partitions by the analyst's keys
     f"SELECT {L} || 'k' AS k, COUNT(*), SUM(n) FROM t WHERE {U} <> 'Q' GROUP BY k",
+    # a quantile's rows per candidate come from a query of their own, planned and checked like the main one
+    f"SELECT g, MEDIAN(CASE WHEN {L} = 's1' THEN x END), MAX(n), COUNT(*) FROM t WHERE {U} <> 'Q' GROUP BY g",
 )
 
 
@@ -57,10 +59,20 @@ def policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "max_rows_per_group": 1, "columns": columns}}))
 
 
+def bounded_plans(session: PrivateSession, prepared: Any) -> list[Any]:
+    """The physical plans of every query a private query runs on the data: the bounded one and each quantile's."""
+    texts = [prepared.bounded.sql, *(sql for _, sql in prepared.bounded.buckets)]
+    return [node for sql in texts for node in _as_list(json.loads(session.engine.physical_plan(sql)))]
+
+
+def _as_list(plan: Any) -> list[Any]:
+    return plan if isinstance(plan, list) else [plan]
+
+
 def plans(policy: Path) -> list[Any]:
     session = PrivateSession(policy, "plans")
     try:
-        return [json.loads(session.engine.physical_plan(session.prepare(sql).bounded.sql)) for sql in QUERIES]
+        return [bounded_plans(session, session.prepare(sql)) for sql in QUERIES]
     finally:
         session.close()
 
@@ -152,12 +164,12 @@ def test_no_generated_query_plans_a_join(tmp_path: Path) -> None:
         for _ in range(GENERATED):
             sql, _expression = grammar.query()
             try:
-                bounded = session.prepare(sql, epsilon=1.0).bounded.sql
+                prepared = session.prepare(sql, epsilon=1.0)
             except Error:
                 continue
             planned += 1
-            joins += [sql for node in _nodes(json.loads(session.engine.physical_plan(bounded)))
-                      if "JOIN" in str(node.get("name", "")).upper()]
+            joins += [sql for node in _nodes(bounded_plans(session, prepared))
+                      if "JOIN" in str(node.get("name", "")).upper() or "CROSS" in str(node.get("name", "")).upper()]
     finally:
         worlds.close()
     assert planned >= GENERATED // 2

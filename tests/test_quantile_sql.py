@@ -106,7 +106,7 @@ def test_the_interval_covers_the_true_median_about_95_percent_of_the_time(tmp_pa
     session = _session(_table(tmp_path, rows, m=1))
     try:
         prepared = session.prepare("SELECT MEDIAN(x) FROM t", epsilon=0.5)
-        engine_rows = session.engine.run(prepared.bounded.sql)
+        engine_rows = session.measure(prepared)
         truth = duckdb.connect().execute("SELECT quantile_cont(x, 0.5) FROM read_csv(?)",
                                          [str(tmp_path / "t.csv")]).fetchall()[0][0]
         rng, runs = seeded(11), 400
@@ -133,7 +133,7 @@ def test_one_unit_moves_the_counts_per_candidate_by_at_most_m(tmp_path: Path) ->
         try:
             prepared = session.prepare("SELECT g, MEDIAN(v), MAX(x) FROM t GROUP BY g", epsilon=1)
             plan = prepared.plan
-            found = {row[0]: row[1:] for row in session.engine.run(prepared.bounded.sql)}
+            found = {row[0]: row[1:] for row in session.measure(prepared)}
             vectors.append({(key, j, bucket): rows for key, maps in found.items()
                             for j, counts in enumerate(maps) for bucket, rows in (counts or {}).items()})
         finally:

@@ -209,7 +209,7 @@ class Grammar:
 
     def query(self) -> tuple[str, Expression]:
         """A query and the row expression under test in it."""
-        form = self.r.randrange(5)
+        form = self.r.randrange(7)
         if form == 0:
             e = self.of("bool")
             return f"SELECT COUNT(*) FROM f WHERE {e.sql}", e
@@ -222,6 +222,13 @@ class Grammar:
         if form == 3:
             e = self.of(self.pick(("int", "text", "bool", "date", "timestamp")))
             return f"SELECT {e.sql} AS k, COUNT(*) FROM f GROUP BY k", e
+        if form == 5:  # the quantile path: the row expression decides which values reach the histogram
+            e = self.of("bool")
+            return (f"SELECT g, MEDIAN(CASE WHEN {e.sql} THEN x END), MAX(CASE WHEN {e.sql} THEN i END) FROM f "
+                    "GROUP BY g"), e
+        if form == 6:  # keys without an aggregate
+            e = self.of(self.pick(("int", "text", "bool")))
+            return f"SELECT DISTINCT {e.sql} AS k FROM f", e
         e, w = self.of("bool"), self.of("bool")
         both = Expression(f"{e.sql} AND {w.sql}", [*e.texts, *w.texts])
         return f"SELECT g, COUNT(*) FROM f WHERE {both.sql} GROUP BY g", both
@@ -301,7 +308,7 @@ def text_work(session: PrivateSession, expression: Expression) -> int:
 def answer(session: PrivateSession, prepared: PreparedQuery) -> None:
     """The stages of PrivateSession.execute after the charge (keep in step with dpsql/session.py), without the
     ledger: thousands of cases would otherwise spend most of their time committing charges."""
-    rows = session.engine.run(prepared.bounded.sql)
+    rows = session.measure(prepared)
     session.post.run(prepared.plan.query, prepared.key_types, release(prepared.plan, rows, session.rng))
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +54,28 @@ def release(plan: QueryPlan, rows: Sequence[tuple[Any, ...]], rng: RandomSource)
         keys, exact, noisy = [keys[i] for i in order], exact[order], noisy[order]
     _choose_candidates(plan.measurements, exact, noisy, rng)
     return _outputs(plan, keys, noisy)
+
+
+def with_buckets(plan: QueryPlan, rows: Sequence[tuple[Any, ...]],
+                 buckets: Mapping[int, Sequence[tuple[Any, ...]]]) -> list[tuple[Any, ...]]:
+    """The bounded query's rows with each quantile's column (measurement index -> its bucket query's rows
+    (keys..., bucket, rows)) filled in as {bucket: rows} per group: the shape release reads. A group of the bucket
+    query that the bounded query lacks cannot be (the same rows, grouped the same way, a subset of them) and is
+    dropped with the rest of nothing; a group without a non-NULL value gets None (all zeros)."""
+    k = len(plan.query.keys)
+    counts: dict[int, dict[tuple, dict[int, int]]] = {}
+    for index, found in buckets.items():
+        per_group = counts.setdefault(index, {})
+        for row in found:
+            key = tuple(_canonical(v) for v in row[:k])
+            per_group.setdefault(key, {})[int(row[k])] = int(row[k + 1])
+    filled = []
+    for row in rows:
+        key, values = tuple(_canonical(v) for v in row[:k]), list(row)
+        for index, per_group in counts.items():
+            values[k + index] = per_group.get(key)
+        filled.append(tuple(values))
+    return filled
 
 
 def release_no_groups(plan: QueryPlan) -> ReleasedCells:

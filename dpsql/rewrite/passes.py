@@ -25,7 +25,7 @@ from dpsql.dp.fixedpoint import clamp, double, null_preserving
 from dpsql.planning.contribution import contribution
 from dpsql.planning.plan import MeasurementKind, MeasurementSpec, QueryPlan
 from dpsql.rewrite import bounding
-from dpsql.rewrite.quantile_buckets import histogram
+from dpsql.rewrite.quantile_buckets import bucket_counts
 from dpsql.sql import names
 from dpsql.sql.parse import DIALECT, literal
 
@@ -34,6 +34,11 @@ from dpsql.sql.parse import DIALECT, literal
 class BoundedQuery:
     sql: str  # runs on the prepared table (and first on its empty twin, see engine.py)
     key_count: int
+    # Per quantile measurement, the index of its (NULL) column in `sql` and the SQL of its rows per candidate over
+    # the same bounded rows: (keys..., bucket, rows). A separate query: beside other aggregates in one GROUP BY,
+    # DuckDB plans histogram() as a materialized CTE and a join, and a bounded plan never joins
+    # (tests/test_engine_plans.py). release/cells.with_buckets puts the counts into the rows of `sql`.
+    buckets: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,16 @@ def rewrite(plan: QueryPlan, dialect: str = DIALECT) -> BoundedQuery:
     """The bounded query, as SQL of the target engine's dialect."""
     name = plan.query.table.name
     sql = _build(plan, names.prepared_table(name)).sql(dialect)
-    return BoundedQuery(sql=sql, key_count=len(plan.query.keys))
+    buckets = tuple((i, _bucket_query(plan, names.prepared_table(name), m.spec).sql(dialect))
+                    for i, m in enumerate(plan.measurements) if m.spec.kind is MeasurementKind.QUANTILE)
+    return BoundedQuery(sql=sql, key_count=len(plan.query.keys), buckets=buckets)
+
+
+def _bucket_query(plan: QueryPlan, table: str, spec: MeasurementSpec) -> exp.Select:
+    """The rows per (group, candidate) of one quantile's argument, over the very rows the bounded query reads."""
+    rows, context = _rows(plan, table)
+    keys = [names.key(i) for i in range(len(plan.query.keys))]
+    return bucket_counts(rows, keys, _value_column(spec, context), spec.grid)
 
 
 def pretty(plan: QueryPlan, dialect: str = DIALECT) -> str:
@@ -67,13 +81,18 @@ def pretty(plan: QueryPlan, dialect: str = DIALECT) -> str:
 
 
 def _build(plan: QueryPlan, table: str) -> exp.Select:
+    return aggregate_measurements(*_rows(plan, table))
+
+
+def _rows(plan: QueryPlan, table: str) -> tuple[exp.Select, _Context]:
+    """The bounded rows, one per kept row (every pass but the aggregation), and the context they were built in."""
     context = _Context(plan, table, _alias(plan), _arguments(plan), _whole_units(plan))
     relation = plan.query.relation  # joined tables: their SQL, capped already, stands for the table
     source = relation.sql.subquery(context.alias) if relation is not None else exp.to_table(table).as_(context.alias)
     tree = exp.select("*", copy=False).from_(source, copy=False)
-    for step in PASSES:
+    for step in ROW_PASSES:
         tree = step(tree, context)
-    return tree
+    return tree, context
 
 
 def _alias(plan: QueryPlan) -> str:
@@ -193,14 +212,14 @@ def aggregate_measurements(tree: exp.Select, context: _Context) -> exp.Select:
     return outer.group_by(*[k.copy() for k in keys], copy=False) if keys else outer
 
 
-PASSES: tuple[Pass, ...] = (
+ROW_PASSES: tuple[Pass, ...] = (  # one row per kept row: what the aggregation and the bucket queries read
     filter_rows,
     cap_rows_per_unit,
     project_row_values,
     cap_rows_per_group,
     project_fixed_point,
-    aggregate_measurements,
 )
+PASSES: tuple[Pass, ...] = (*ROW_PASSES, aggregate_measurements)
 
 
 def _value_column(spec: MeasurementSpec, context: _Context,
@@ -214,7 +233,9 @@ def _measurement(spec: MeasurementSpec, context: _Context) -> exp.Expression:
     if spec.kind is MeasurementKind.DISTINCT:
         return exp.Count(this=exp.Distinct(expressions=[_value_column(spec, context)]))
     if spec.kind is MeasurementKind.QUANTILE:
-        return histogram(_value_column(spec, context), spec.grid)
+        # Its counts come from its own query (BoundedQuery.buckets); an aggregate of NULL keeps one row per group
+        # (a bare NULL would make a query of quantiles only a row-level SELECT).
+        return exp.Max(this=exp.cast(exp.null(), "BIGINT"))
     if spec.kind is MeasurementKind.ROWS:
         if spec.argument is None:
             return exp.Count(this=exp.Star())

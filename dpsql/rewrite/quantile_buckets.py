@@ -50,18 +50,11 @@ def bucket_counts(bounded: exp.Select, keys: Sequence[str], argument: exp.Expres
             .group_by(*[exp.column(key) for key in keys], exp.column(BUCKET)))
 
 
-def histogram(value: exp.Expression, grid: Grid) -> exp.Expression:
-    """A bounded query's measurement of one quantile: per group, a MAP from candidate to rows, NULL values left
-    out (DuckDB's GREATEST would put a NULL in candidate 0). One column per group, so the quantile's counts travel
-    with the group's other measurements; DuckDB builds it in one pass, faster than its own exact quantile."""
-    counted = exp.Anonymous(this="histogram", expressions=[bucket_of(value, grid)])
-    return exp.Filter(this=counted, expression=exp.Where(this=value.copy().is_(exp.null()).not_()))
-
-
-def vector(histogram: dict | None, grid: Grid) -> list[int]:
-    """The engine's MAP (None for a group with no non-NULL value) as one count per candidate."""
+def vector(buckets: dict | None, grid: Grid) -> list[int]:
+    """A group's {bucket: rows} (release/cells.with_buckets; None for a group with no non-NULL value) as one count
+    per candidate."""
     counts = [0] * grid.candidates
-    for bucket, rows in (histogram or {}).items():
+    for bucket, rows in (buckets or {}).items():
         counts[int(bucket)] += int(rows)
     return counts
 

@@ -21,11 +21,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-# DuckDB types whose Python value is exact and injective: ints, floats (bit for bit), Decimal, str, bool, and a
-# MAP of integers to integers (a quantile's rows per candidate: a dict of ints).
+# DuckDB types whose Python value is exact and injective: ints, floats (bit for bit), Decimal, str, bool.
 _FAITHFUL = re.compile(r"^(BOOLEAN|TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT|UTINYINT|USMALLINT|UINTEGER|UBIGINT|"
-                       r"UHUGEINT|FLOAT|DOUBLE|DECIMAL\(\d+,\s*\d+\)|VARCHAR|\"NULL\"|NULL|"
-                       r"MAP\(U?BIGINT,\s*U?BIGINT\))$")
+                       r"UHUGEINT|FLOAT|DOUBLE|DECIMAL\(\d+,\s*\d+\)|VARCHAR|\"NULL\"|NULL)$")
 _DATE_TEXT = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _TIMESTAMP_TEXT = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(\.\d{1,6})?$")
 
