@@ -12,7 +12,7 @@ from dpsql.planning.contribution import contribution
 from dpsql.planning.measurements import Measurement, MeasurementKind
 from dpsql.planning.plan import QueryPlan
 from dpsql.policy import Accounting, MechanismKind
-from dpsql.rewrite.passes import pretty
+from dpsql.rewrite.passes import pretty, pretty_buckets
 from dpsql.sql import names
 from dpsql.sql.parse import DIALECT
 
@@ -50,6 +50,8 @@ def explain(query_plan: QueryPlan) -> str:
     if _post_processes(query_plan):
         lines += ["", f"Then, on the noisy cells only: {_readable_outer(query_plan)}"]
     lines += ["", "Rewritten SQL (runs on the data, enforces the bounds):", _indent(pretty(query_plan))]
+    for index, sql in pretty_buckets(query_plan):
+        lines += ["", f"Rows per candidate of m{index} (a query of its own over the same bounded rows):", _indent(sql)]
     return "\n".join(lines)
 
 

@@ -80,6 +80,13 @@ def pretty(plan: QueryPlan, dialect: str = DIALECT) -> str:
     return _build(plan, names.prepared_table(plan.query.table.name)).sql(dialect, pretty=True)
 
 
+def pretty_buckets(plan: QueryPlan, dialect: str = DIALECT) -> list[tuple[int, str]]:
+    """Each quantile measurement's own query (see BoundedQuery.buckets), for explain."""
+    table = names.prepared_table(plan.query.table.name)
+    return [(i, _bucket_query(plan, table, m.spec).sql(dialect, pretty=True))
+            for i, m in enumerate(plan.measurements) if m.spec.kind is MeasurementKind.QUANTILE]
+
+
 def _build(plan: QueryPlan, table: str) -> exp.Select:
     return aggregate_measurements(*_rows(plan, table))
 
