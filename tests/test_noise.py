@@ -7,7 +7,7 @@ All draws use the seeded test generator, so every run is the same; the tolerance
 from __future__ import annotations
 
 import math
-import secrets
+import os
 from fractions import Fraction
 
 import numpy as np
@@ -62,13 +62,13 @@ def test_discrete_gaussian_has_the_claimed_distribution() -> None:
 
 def test_production_noise_comes_from_the_secure_generator(pums_policy, monkeypatch) -> None:
     calls = []
-    real = secrets.randbelow
-    monkeypatch.setattr(noise.secrets, "randbelow", lambda n: calls.append(n) or real(n))
+    real = os.urandom
+    monkeypatch.setattr(noise.os, "urandom", lambda n: calls.append(n) or real(n))
     session = PrivateSession(pums_policy, "t")
     assert isinstance(session.rng, SecureRandom) and session.rng.secure
     session.execute("SELECT COUNT(*) FROM pums")
     session.close()
-    assert calls  # the noise was drawn through secrets.randbelow
+    assert calls  # the noise was drawn from the operating system's generator
 
 
 def _replay(session: PrivateSession, sql: str, epsilon: float, runs: int, seed: int):
@@ -116,3 +116,24 @@ def test_95_percent_intervals_cover_95_percent(pums_session, sql: str, column: i
         covered += int(((lows <= exact) & (exact <= highs)).sum())
         total += len(exact)
     assert 0.94 <= covered / total <= 0.96, covered / total
+
+
+def test_the_secure_source_reads_each_bit_once_and_rejects_out_of_range_draws(monkeypatch) -> None:
+    """SecureRandom takes the next bits of an os.urandom block per draw: for n = 5 three bits (a byte's top three),
+    redrawn when 5, 6 or 7; a new block only when the old one is used up."""
+    from dpsql.dp import noise
+
+    blocks = iter([bytes([0b111_00000, 0b100_00000, 0b010_11111]), bytes([0b001_00000] * 3)])
+    calls = []
+
+    def urandom(size: int) -> bytes:
+        calls.append(size)
+        return next(blocks)
+
+    monkeypatch.setattr(noise.os, "urandom", urandom)
+    monkeypatch.setattr(noise.SecureRandom, "_BLOCK", 3)
+    source = noise.SecureRandom()
+    assert [source.randbelow(5), source.randbelow(5), source.randbelow(5)] == [4, 2, 1]  # 7 rejected; 4; 2; then 1
+    assert calls == [3, 3]
+    with pytest.raises(ValueError):
+        source.randbelow(0)

@@ -5,14 +5,15 @@ Gaussian for Differential Privacy" (NeurIPS 2020), algorithms 1-3. No floating-p
 noise, so the output set has none of the gaps that Mironov (CCS 2012) exploited in textbook float Laplace.
 Scales are exact rationals (`fractions.Fraction`); callers pass the noise scale in units of the value's grid.
 
-Randomness comes from a `RandomSource`. Production code uses `SecureRandom` (the operating system's CSPRNG
-through `secrets`); `InsecureSeededRandomForTests` exists only so tests and benchmarks can repeat a run.
+Randomness comes from a `RandomSource`. Production code uses `SecureRandom` (the operating system's CSPRNG,
+os.urandom, read in blocks); `InsecureSeededRandomForTests` exists only so tests and benchmarks can repeat a run.
 """
 
 from __future__ import annotations
 
+import os
 import random
-import secrets
+import threading
 from fractions import Fraction
 from math import isqrt
 from typing import Protocol
@@ -28,12 +29,32 @@ class RandomSource(Protocol):
 
 
 class SecureRandom:
-    """Uniform integers from the operating system's cryptographically secure generator."""
+    """Uniform integers from the operating system's cryptographically secure generator (os.urandom, what `secrets`
+    reads), fetched in blocks of _BLOCK bytes: one system call per block rather than per draw (permute-and-flip
+    draws some twenty thousand integers for one quantile cell). Each draw takes the next bits of the block and is
+    rejected and redrawn when not below n, so it is uniform; no bit is used twice."""
 
     secure = True
+    _BLOCK = 1 << 14
+
+    def __init__(self) -> None:
+        self._block = b""
+        self._used = 0
+        self._lock = threading.Lock()
 
     def randbelow(self, n: int) -> int:
-        return secrets.randbelow(n)
+        if n <= 0:
+            raise ValueError("randbelow needs n > 0")
+        bits = n.bit_length()
+        size = (bits + 7) // 8
+        with self._lock:
+            while True:
+                if self._used + size > len(self._block):
+                    self._block, self._used = os.urandom(max(self._BLOCK, size)), 0
+                value = int.from_bytes(self._block[self._used:self._used + size], "big") >> (8 * size - bits)
+                self._used += size
+                if value < n:
+                    return value
 
 
 class InsecureSeededRandomForTests:
