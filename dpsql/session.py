@@ -167,7 +167,8 @@ class PrivateSession:
         rows = self.engine.run(prepared.bounded.sql)
         if not prepared.bounded.buckets:
             return rows
-        return with_buckets(prepared.plan, rows, {i: self.engine.run(sql) for i, sql in prepared.bounded.buckets})
+        return with_buckets(prepared.plan, rows, {read_by: self.engine.run(sql)
+                                                  for read_by, sql in prepared.bounded.buckets})
 
     def _answer(self, prepared: PreparedQuery, spending: Spending, read_data: bool = True) -> PrivateResult:
         query_plan = prepared.plan

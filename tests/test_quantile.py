@@ -12,10 +12,8 @@ from scipy.stats import binom
 
 from dpsql.dp.noise import InsecureSeededRandomForTests
 from dpsql.dp.quantile import (
-    ExtremeScore,
     QuantileScore,
     describe,
-    extreme_rank,
     grid_for,
     permute_and_flip,
     release,
@@ -54,7 +52,7 @@ def test_the_grid_takes_every_integer_of_a_small_range_and_2_to_the_12_buckets_o
 def test_one_unit_moves_every_utility_by_at_most_the_sensitivity(q: Fraction, m: int) -> None:
     """Removing one unit (up to m rows, anywhere on the grid, ties included) from random data."""
     rng = random.Random(SEED)
-    scores = [QuantileScore(q, m), ExtremeScore(False, 4, m), ExtremeScore(True, 4, m)]
+    scores = [QuantileScore(q, m)]
     worst = {score: Fraction(0) for score in scores}
     for _ in range(300):
         counts = [rng.choice([0, 0, 1, 2, 5]) for _ in range(rng.randint(1, 12))]
@@ -110,23 +108,18 @@ def test_the_median_of_1_to_1001_at_epsilon_10_lands_near_501() -> None:
     assert all(abs(v - 501) <= 4 for v in medians), medians
 
 
-def test_min_and_max_aim_at_a_small_public_rank_not_at_the_bounds() -> None:
+def test_min_and_max_are_the_ends_lands_between_the_bound_and_the_extreme() -> None:
+    """q = 0 and q = 1: every bucket from a bound to the extreme's scores 0, so the answer is there (uniformly), up
+    to the mechanism's rank error; at a large epsilon never inside the data by more than a few rows."""
     grid = grid_for(0, 4000, integer=True)
     counts = [0] * grid.candidates
     for x in range(1000, 3001):
         counts[grid.bucket(x)] += 1
-    epsilon = Fraction(1)
-    k = extreme_rank(epsilon, 1, grid)
     rng = InsecureSeededRandomForTests(SEED)
-    draws = 60
-    lows = [grid.value(release(counts, ExtremeScore(False, k, 1), epsilon, rng)) for _ in range(draws)]
-    highs = [grid.value(release(counts, ExtremeScore(True, k, 1), epsilon, rng)) for _ in range(draws)]
-    tail = utility_tail(epsilon, Fraction(1), grid.candidates)
-    # Beyond the extreme at most 5% of the time (extreme_rank); else within k + tail of it. A uniform pick among
-    # the candidates below the minimum (what q = 0 would do) would land near 500. Tolerance: P(X > 8) < 0.003.
-    assert binom.sf(8, draws, 0.05) < 0.003
-    assert sum(not 1000 <= v <= 1000 + k + tail for v in lows) <= 8, lows
-    assert sum(not 3000 - k - tail <= v <= 3000 for v in highs) <= 8, highs
+    lows = [grid.value(release(counts, QuantileScore(Fraction(0), 1), Fraction(50), rng)) for _ in range(40)]
+    highs = [grid.value(release(counts, QuantileScore(Fraction(1), 1), Fraction(50), rng)) for _ in range(40)]
+    assert all(0 <= v <= 1001 for v in lows) and all(2999 <= v <= 4000 for v in highs)
+    assert min(lows) < 500 and max(highs) > 3500  # spread over the tie, not stuck at the extreme
 
 
 def test_the_rank_error_stays_within_the_95_percent_tail() -> None:
@@ -165,4 +158,4 @@ def test_explain_names_the_mechanism_the_grid_and_the_rank_error() -> None:
     text = describe(grid, QuantileScore(Fraction(1, 2), 1), Fraction(10))
     assert "permute-and-flip" in text and "1001 candidates from 1 to 1001 in steps of 1" in text
     assert "rank error at most 1.0 rows" in text
-    assert "rows below it (not the extreme)" in describe(grid, ExtremeScore(False, 3, 1), Fraction(1))
+    assert "the 0 quantile (MIN)" in describe(grid, QuantileScore(Fraction(0), 1), Fraction(1))

@@ -24,12 +24,10 @@ ones dpsql uses (dp-notes 1). OpenDP's -|(1 - q) lt(c) - q gt(c)| has the same s
 rows as sitting at c, which biases it away from point masses (130 zero incomes with q n = 100 score -87 at 0 and
 -30 at the next bucket). The value released for bucket j is its middle (Grid.estimate; an end for q = 0, 1).
 
-MIN and MAX (q = 0, 1) with a rank score tie every candidate below the minimum at utility 0, and the mechanism
-would pick among them uniformly: the answer would sit anywhere between the lower bound and the minimum. Instead
-MIN targets a fixed small rank k (ExtremeScore: the distance from k to the ranks c's bucket holds; MAX counts from
-the top), Delta = m, with k the mechanism's own
-95% rank tail ceil((2m/epsilon) ln((K+1)/0.05)) (public, so no 1/n). MIN is therefore "a value with about k rows
-below it", not the true extreme; see README.
+MIN and MAX are the 0 and 1 quantiles, as in Tumult and OpenDP: every bucket from the lower bound up to the one
+holding the minimum scores 0, so MIN lands among them uniformly, between the bound and the minimum (exactly on it
+when the data reach the bound), plus the mechanism's rank error. An earlier design aimed at a public rank k inside
+the data (the 95% rank tail): robust to loose bounds, but with k near n it put MAX below the median.
 
 Sampling (McKenna and Sheldon 2020, permute-and-flip): visit the candidates in a uniformly random order and stop
 at the first candidate c accepted with probability exp(-epsilon * (u* - u(c)) / (2 Delta)), u* the best utility.
@@ -144,40 +142,6 @@ class QuantileScore:
         return [-max(0, b * lt - target, target - b * (lt + at)) for lt, at in zip(below, counts, strict=True)], b
 
 
-@dataclass(frozen=True)
-class ExtremeScore:
-    """MIN: u(c) = -(the distance from k to [lt(c), lt(c) + eq(c)]), eq(c) the rows at c: 0 where c holds the row of
-    rank k. MAX the same with gt(c). Adding or removing a row moves lt(c) or eq(c) by one, so u(c) by at most one:
-    Delta = m. k is public (extreme_rank). Counting the rows at c matters when many rows share one value: with
-    -|lt(c) - k| every candidate at or below such a minimum would tie, and the answer would be uniform below it."""
-
-    maximum: bool
-    rank: int
-    max_rows: int
-
-    @property
-    def sensitivity(self) -> Fraction:
-        return Fraction(self.max_rows)
-
-    def utilities(self, counts: Sequence[int]) -> list[Fraction]:
-        return [Fraction(u) for u in self.scaled_utilities(counts)[0]]
-
-    def scaled_utilities(self, counts: Sequence[int]) -> tuple[list[int], int]:
-        below, above = _below_above(counts)
-        beyond = above if self.maximum else below
-        return [-max(0, n - self.rank, self.rank - n - at) for n, at in zip(beyond, counts, strict=True)], 1
-
-
-Score = QuantileScore | ExtremeScore
-
-
-def extreme_rank(epsilon: Fraction, max_rows: int, grid: Grid) -> int:
-    """The rank MIN and MAX aim at: the mechanism's 95% utility tail (2m/epsilon) ln((K + 1)/0.05), rounded up.
-
-    Every candidate beyond the extreme has utility -k; with k at the tail, all of them together win with
-    probability at most 5%, so MIN lands beyond the minimum (towards the bound) at most 5% of the time. A smaller k
-    lets the many candidates beyond the extreme win often (with k = (2m/epsilon) ln(K+1) a test saw it)."""
-    return math.ceil(utility_tail(epsilon, Fraction(max_rows), grid.candidates))
 
 
 def _below_above(counts: Sequence[int]) -> tuple[list[int], list[int]]:
@@ -219,7 +183,7 @@ def permute_and_flip_scaled(utilities: Sequence[int], scale: int, epsilon: Fract
     return chosen
 
 
-def release(counts: Sequence[int], score: Score, epsilon: Fraction, rng: RandomSource) -> int:
+def release(counts: Sequence[int], score: QuantileScore, epsilon: Fraction, rng: RandomSource) -> int:
     """One group's DP quantile (or MIN/MAX): the index of a candidate, from its bucket counts."""
     utilities, scale = score.scaled_utilities(counts)
     return permute_and_flip_scaled(utilities, scale, epsilon, score.sensitivity, rng)
@@ -236,13 +200,10 @@ def utility_tail(epsilon: Fraction, sensitivity: Fraction, candidates: int, leve
     return float(2 * sensitivity / epsilon) * math.log(candidates / float(1 - level))
 
 
-def describe(grid: Grid, score: Score, epsilon: Fraction) -> str:
+def describe(grid: Grid, score: QuantileScore, epsilon: Fraction) -> str:
     """What `dpsql explain` should say of a quantile cell: the mechanism, the grid and the expected rank error."""
     tail = utility_tail(epsilon, score.sensitivity, grid.candidates)
-    if isinstance(score, ExtremeScore):
-        target = f"the value with {score.rank} rows {'above' if score.maximum else 'below'} it (not the extreme)"
-    else:
-        target = f"the {float(score.q):g} quantile"
+    target = {0: "the 0 quantile (MIN)", 1: "the 1 quantile (MAX)"}.get(score.q, f"the {float(score.q):g} quantile")
     return (f"permute-and-flip exponential mechanism for {target}, sensitivity {float(score.sensitivity):g} rows; "
             f"{grid.candidates} candidates from {float(grid.low):g} to {float(grid.high):g} in steps of "
             f"{float(grid.width):g}; rank error at most {tail:.1f} rows beyond the best candidate's with 95% "
@@ -267,8 +228,7 @@ class QuantileMechanism:
     sensitivity every group is calibrated to, so the groups' losses add up to at most epsilon."""
 
     grid: Grid
-    fraction: Fraction | None  # q; None for MIN or MAX
-    maximum: bool
+    fraction: Fraction  # q: 0 for MIN, 1 for MAX
     max_rows: int
     epsilon: float  # the measurement's whole share
 
@@ -283,17 +243,8 @@ class QuantileMechanism:
         return Fraction(self.epsilon) * (1 - INTERVAL_SHARE)
 
     @property
-    def q(self) -> Fraction:
-        """The fraction of rows below the target: MIN and MAX aim at 0 and 1 (their score is ExtremeScore's)."""
-        if self.fraction is not None:
-            return self.fraction
-        return Fraction(int(self.maximum))
-
-    @property
-    def score(self) -> Score:
-        if self.fraction is not None:
-            return QuantileScore(self.fraction, self.max_rows)
-        return ExtremeScore(self.maximum, extreme_rank(self.point_epsilon, self.max_rows, self.grid), self.max_rows)
+    def score(self) -> QuantileScore:
+        return QuantileScore(self.fraction, self.max_rows)
 
     @property
     def interval_noise(self) -> LaplaceMechanism:
@@ -322,7 +273,7 @@ class QuantileMechanism:
     def release(self, counts: Sequence[int], rng: RandomSource) -> QuantileRelease:
         """One group's value and interval, from its exact bucket counts."""
         chosen = release(counts, self.score, self.point_epsilon, rng)
-        ends = interval(counts, chosen, self.q, self.interval_noise, rng)
+        ends = interval(counts, chosen, self.fraction, self.interval_noise, rng)
         value = self.grid.estimate(chosen, self.fraction)
         return QuantileRelease(value, self.grid.value(ends.low), self.grid.value(ends.high))
 

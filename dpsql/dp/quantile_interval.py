@@ -18,9 +18,7 @@ value is: that depends on how dense the data are there, which only the data know
   The interval runs from the highest cut point that is confidently at or below the quantile to the lowest that is
   confidently above it (the bounds when there is none), widened to hold the chosen candidate's bucket.
 
-For MIN (q = 0) D(p) is the rows below p, and only the upper end can be confident; for MAX only the lower end. The
-interval is then for the true minimum (maximum), which the released value, a value with a few rows beyond it, is
-not.
+For MIN (q = 0) D(p) is the rows below p, and only the upper end can be confident; for MAX only the lower end.
 
 h(p): the noise of D(p) is a weighted sum of k Laplace noises with weight 1 - q and R - k with weight q. Its
 quantile is taken by the Cornish-Fisher expansion to the fourth cumulant (Laplace: kappa2 = 2 b^2, kappa4 = 12 b^4;

@@ -50,8 +50,10 @@ def explain(query_plan: QueryPlan) -> str:
     if _post_processes(query_plan):
         lines += ["", f"Then, on the noisy cells only: {_readable_outer(query_plan)}"]
     lines += ["", "Rewritten SQL (runs on the data, enforces the bounds):", _indent(pretty(query_plan))]
-    for index, sql in pretty_buckets(query_plan):
-        lines += ["", f"Rows per candidate of m{index} (a query of its own over the same bounded rows):", _indent(sql)]
+    for indices, sql in pretty_buckets(query_plan):
+        read_by = ", ".join(f"m{i}" for i in indices)
+        lines += ["", f"Rows per candidate for {read_by} (a query of its own over the same bounded rows):",
+                  _indent(sql)]
     return "\n".join(lines)
 
 

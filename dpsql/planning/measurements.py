@@ -44,13 +44,12 @@ class MeasurementSpec:
     square_point: FixedPoint | None = None  # SUMSQ: how its squared centered value is held
     plain: bool = False  # SUM: the uncentered sum
     grid: Grid | None = None  # QUANTILE: the candidates
-    fraction: Fraction | None = None  # QUANTILE: q; None for MIN and MAX
-    maximum: bool = False  # QUANTILE without fraction: MAX rather than MIN
+    fraction: Fraction | None = None  # QUANTILE: q (0 for MIN, 1 for MAX)
 
     @functools.cached_property
     def key(self) -> tuple:
         """What makes two specs the same measurement: sqlglot nodes compare (and hash) as trees."""
-        return (self.kind, self.argument, self.plain, self.grid, self.fraction, self.maximum)
+        return (self.kind, self.argument, self.plain, self.grid, self.fraction)
 
     @functools.cached_property
     def budget_item(self) -> tuple:
@@ -80,10 +79,7 @@ class MeasurementSpec:
         if self.kind is MeasurementKind.DISTINCT:
             return f"COUNT({arg})"
         if self.kind is MeasurementKind.QUANTILE:
-            ordered = readable(self.argument.this)
-            if self.fraction is None:
-                return f"{'MAX' if self.maximum else 'MIN'}({ordered})"
-            return f"QUANTILE({ordered}, {float(self.fraction):g})"
+            return f"QUANTILE({readable(self.argument.this)}, {float(self.fraction):g})"
         if self.kind is MeasurementKind.SUM:
             if self.plain:
                 return f"SUM({arg})"

@@ -169,7 +169,7 @@ def _mechanism(budget: Budget, spec: MeasurementSpec, sensitivity: int, squared:
         # The exponential mechanism is pure DP whatever the policy's noise: under zCDP a share rho buys
         # epsilon = sqrt(2 rho), as epsilon-DP implies (epsilon^2 / 2)-zCDP.
         epsilon = math.sqrt(2 * share) if budget.accounting is Accounting.ZCDP else share
-        return QuantileMechanism(spec.grid, spec.fraction, spec.maximum, max_rows, epsilon)
+        return QuantileMechanism(spec.grid, spec.fraction, max_rows, epsilon)
     if budget.mechanism is MechanismKind.GAUSSIAN:
         return GaussianMechanism(sensitivity, share, squared)
     epsilon = math.sqrt(2 * share) if budget.accounting is Accounting.ZCDP else share

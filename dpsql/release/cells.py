@@ -57,23 +57,25 @@ def release(plan: QueryPlan, rows: Sequence[tuple[Any, ...]], rng: RandomSource)
 
 
 def with_buckets(plan: QueryPlan, rows: Sequence[tuple[Any, ...]],
-                 buckets: Mapping[int, Sequence[tuple[Any, ...]]]) -> list[tuple[Any, ...]]:
-    """The bounded query's rows with each quantile's column (measurement index -> its bucket query's rows
-    (keys..., bucket, rows)) filled in as {bucket: rows} per group: the shape release reads. A group of the bucket
-    query that the bounded query lacks cannot be (the same rows, grouped the same way, a subset of them) and is
-    dropped with the rest of nothing; a group without a non-NULL value gets None (all zeros)."""
+                 buckets: Mapping[tuple[int, ...], Sequence[tuple[Any, ...]]]) -> list[tuple[Any, ...]]:
+    """The bounded query's rows with the quantile columns filled in as {bucket: rows} per group, the shape release
+    reads: `buckets` maps the measurement indices that read one argument to its bucket query's rows (keys...,
+    bucket, rows). The bucket query groups a subset of the same rows the same way, so it has no group the bounded
+    query lacks; a group without a non-NULL value gets None (all zeros)."""
     k = len(plan.query.keys)
-    counts: dict[int, dict[tuple, dict[int, int]]] = {}
-    for index, found in buckets.items():
-        per_group = counts.setdefault(index, {})
+    counts: list[tuple[tuple[int, ...], dict[tuple, dict[int, int]]]] = []
+    for indices, found in buckets.items():
+        per_group: dict[tuple, dict[int, int]] = {}
         for row in found:
             key = tuple(_canonical(v) for v in row[:k])
             per_group.setdefault(key, {})[int(row[k])] = int(row[k + 1])
+        counts.append((indices, per_group))
     filled = []
     for row in rows:
         key, values = tuple(_canonical(v) for v in row[:k]), list(row)
-        for index, per_group in counts.items():
-            values[k + index] = per_group.get(key)
+        for indices, per_group in counts:
+            for index in indices:
+                values[k + index] = per_group.get(key)
         filled.append(tuple(values))
     return filled
 

@@ -34,11 +34,11 @@ from dpsql.sql.parse import DIALECT, literal
 class BoundedQuery:
     sql: str  # runs on the prepared table (and first on its empty twin, see engine.py)
     key_count: int
-    # Per quantile measurement, the index of its (NULL) column in `sql` and the SQL of its rows per candidate over
-    # the same bounded rows: (keys..., bucket, rows). A separate query: beside other aggregates in one GROUP BY,
-    # DuckDB plans histogram() as a materialized CTE and a join, and a bounded plan never joins
-    # (tests/test_engine_plans.py). release/cells.with_buckets puts the counts into the rows of `sql`.
-    buckets: tuple[tuple[int, str], ...] = ()
+    # Per quantile argument, the indices of the quantile measurements that read it (their columns in `sql` are NULL)
+    # and the SQL of its rows per candidate over the same bounded rows: (keys..., bucket, rows). A separate query:
+    # beside other aggregates in one GROUP BY, DuckDB plans histogram() as a materialized CTE and a join, and a
+    # bounded plan never joins (tests/test_engine_plans.py). release/cells.with_buckets fills those columns.
+    buckets: tuple[tuple[tuple[int, ...], str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -64,9 +64,19 @@ def rewrite(plan: QueryPlan, dialect: str = DIALECT) -> BoundedQuery:
     """The bounded query, as SQL of the target engine's dialect."""
     name = plan.query.table.name
     sql = _build(plan, names.prepared_table(name)).sql(dialect)
-    buckets = tuple((i, _bucket_query(plan, names.prepared_table(name), m.spec).sql(dialect))
-                    for i, m in enumerate(plan.measurements) if m.spec.kind is MeasurementKind.QUANTILE)
+    buckets = tuple((indices, _bucket_query(plan, names.prepared_table(name), spec).sql(dialect))
+                    for indices, spec in _quantile_arguments(plan))
     return BoundedQuery(sql=sql, key_count=len(plan.query.keys), buckets=buckets)
+
+
+def _quantile_arguments(plan: QueryPlan) -> list[tuple[tuple[int, ...], MeasurementSpec]]:
+    """The quantile measurements grouped by what they count (argument and grid): MEDIAN(x) and MAX(x) read one
+    bucket query."""
+    found: dict[tuple, tuple[list[int], MeasurementSpec]] = {}
+    for i, m in enumerate(plan.measurements):
+        if m.spec.kind is MeasurementKind.QUANTILE:
+            found.setdefault((m.spec.argument, m.spec.grid), ([], m.spec))[0].append(i)
+    return [(tuple(indices), spec) for indices, spec in found.values()]
 
 
 def _bucket_query(plan: QueryPlan, table: str, spec: MeasurementSpec) -> exp.Select:
@@ -80,11 +90,11 @@ def pretty(plan: QueryPlan, dialect: str = DIALECT) -> str:
     return _build(plan, names.prepared_table(plan.query.table.name)).sql(dialect, pretty=True)
 
 
-def pretty_buckets(plan: QueryPlan, dialect: str = DIALECT) -> list[tuple[int, str]]:
-    """Each quantile measurement's own query (see BoundedQuery.buckets), for explain."""
+def pretty_buckets(plan: QueryPlan, dialect: str = DIALECT) -> list[tuple[tuple[int, ...], str]]:
+    """Each quantile argument's own query (see BoundedQuery.buckets), for explain."""
     table = names.prepared_table(plan.query.table.name)
-    return [(i, _bucket_query(plan, table, m.spec).sql(dialect, pretty=True))
-            for i, m in enumerate(plan.measurements) if m.spec.kind is MeasurementKind.QUANTILE]
+    return [(indices, _bucket_query(plan, table, spec).sql(dialect, pretty=True))
+            for indices, spec in _quantile_arguments(plan)]
 
 
 def _build(plan: QueryPlan, table: str) -> exp.Select:

@@ -84,7 +84,7 @@ def test_the_audit_catches_a_sampler_that_forgets_the_factor_two(sampler: Sample
 # The whole release of one cell: the chosen candidate and its interval's ends (dp/quantile_interval.py), whose noisy
 # region counts spend INTERVAL_SHARE of the epsilon. The mechanism is audited at its total epsilon on the same pair.
 GRID = Grid(Fraction(0), Fraction(1), len(D) - 1, points=True)
-WHOLE = QuantileMechanism(GRID, Fraction(1, 2), False, 2, float(EPSILON))
+WHOLE = QuantileMechanism(GRID, Fraction(1, 2), 2, float(EPSILON))
 
 
 def whole_release(mechanism: QuantileMechanism) -> Callable[[tuple[int, ...], InsecureSeededRandomForTests], tuple]:

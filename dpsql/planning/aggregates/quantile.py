@@ -2,8 +2,8 @@
 
 The measurement is the rows per candidate of a grid over the argument's bounds; the release chooses one candidate
 per group by permute-and-flip and measures the interval around it (dp/quantile_interval.py), so the value and the
-interval arrive ready here. MIN and MAX aim at a value with a few rows beyond it, not at the extreme itself (which
-no DP mechanism can find: one row moves it anywhere within the bounds); their interval is for the true extreme.
+interval arrive ready here. MIN and MAX are the 0 and 1 quantiles (the same measurement as QUANTILE_CONT(x, 0) and
+(x, 1)): no DP mechanism finds the true extreme, which one row moves anywhere within the bounds.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 from sqlglot import exp
@@ -45,11 +46,12 @@ class Quantile(Aggregate):
 
     def recipe(self, call: AggregateCall, max_rows: int, measures: Measures, plain: bool) -> OutputRecipe:
         grid = grid_for(call.interval.lo, call.interval.hi, call.integer)
+        fraction = call.fraction if self.extreme is None else Fraction(int(self.extreme == "max"))
         spec = MeasurementSpec(MeasurementKind.QUANTILE, exp.cast(call.argument.copy(), "DOUBLE"), grid=grid,
-                               fraction=call.fraction, maximum=self.extreme == "max")
+                               fraction=fraction)
         # Budget weight: the rank error in rows is like a count's noise times about ln(candidates) max(q, 1 - q)
         # (the mechanism's tail, dp/quantile.utility_tail, over its sensitivity), so weigh it as such a count.
-        spread = max(call.fraction, 1 - call.fraction) if call.fraction is not None else 1
+        spread = max(fraction, 1 - fraction)
         weight = (math.log(grid.candidates) * float(spread)) ** 2 / 2
         return OutputRecipe(call, count=measures.use(spec, weight))
 
