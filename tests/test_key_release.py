@@ -119,3 +119,19 @@ def test_keys_over_a_join_and_through_the_front_ends(visits_policy: Path) -> Non
     out = CliRunner().invoke(main, ["query", "SELECT DISTINCT region FROM visits", "--policy", str(visits_policy),
                                     "--analyst", "tester"])
     assert out.exit_code == 0 and all(region in out.output for region in REGIONS)
+
+
+def test_keys_through_a_cte_and_a_per_unit_subquery(visits_policy: Path, monkeypatch) -> None:
+    """The normaliser's shapes reach key release too: a CTE's public key, and a per-unit count, whose values the
+    policy bounds (1 to m = 5), are all declared values, released without reading the data."""
+    session = _session(visits_policy)
+    try:
+        monkeypatch.setattr(session.engine, "run", lambda sql: (_ for _ in ()).throw(AssertionError("read")))
+        cte = session.execute("WITH v AS (SELECT region, cost FROM visits WHERE cost > 10) SELECT DISTINCT region "
+                              "FROM v ORDER BY region LIMIT 2")
+        assert cte.rows == [("central",), ("east",)] and cte.cost.epsilon == 0
+        per_unit = session.execute("SELECT DISTINCT n FROM (SELECT patient_id, COUNT(*) AS n FROM visits "
+                                   "GROUP BY patient_id)")
+        assert sorted(per_unit.rows) == [(n,) for n in range(1, 6)] and per_unit.cost.epsilon == 0
+    finally:
+        session.close()
