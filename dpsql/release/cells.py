@@ -119,7 +119,7 @@ def _cells(plan: QueryPlan, rows: Sequence[tuple[Any, ...]]) -> tuple[list[tuple
 
 
 def _exact(measurement: Measurement, value: Any) -> int | list[int]:
-    """One cell's exact measurement: an integer, or a quantile's count per candidate (the engine's MAP)."""
+    """One cell's exact measurement: an integer, or a quantile's count per candidate (from with_buckets)."""
     if measurement.spec.kind is MeasurementKind.QUANTILE:
         return vector(value, measurement.spec.grid)
     return int(value) if value is not None else 0
