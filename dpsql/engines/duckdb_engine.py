@@ -1,11 +1,10 @@
 """Stage 5: the DuckDB that holds the private tables, and the only place bounded SQL runs.
 
-Loading happens once per engine, in the sandbox (sql/sandbox.py) before it is locked: each declared table is read
-from its source (a CSV glob, Parquet, or a table of a DuckDB file, attached read-only and detached once copied)
-with the declared types, only the declared columns are kept (an undeclared column is invisible), and the rows are
-prepared for contribution bounding by rewrite/bounding.py. An empty twin of each prepared table is kept for the dry
-run. Then external access is switched off and the configuration locked: should a query ever get past the checker
-with a file name in it, DuckDB itself refuses to read, write, attach or load anything.
+Loading happens once per engine, in the sandbox (sql/sandbox.py) before it is locked: engines/loading.py reads
+each declared table from its source with the declared types and prepares it for contribution bounding, with an
+empty twin of each prepared table for the dry run. Then external access is switched off and the configuration
+locked: should a query ever get past the checker with a file name in it, DuckDB itself refuses to read, write,
+attach or load anything.
 """
 
 from __future__ import annotations
@@ -23,12 +22,12 @@ from sqlglot import exp
 
 from dpsql.analysis.public_facts import PublicFacts
 from dpsql.engines.base import Engine
+from dpsql.engines.loading import TableLoader
 from dpsql.engines.public_facts import DuckDBPublicFacts
 from dpsql.engines.watchdog import Watchdog
-from dpsql.errors import ExecutionFailed, PolicyError, QueryRejected, first_line
+from dpsql.errors import ExecutionFailed, QueryRejected, first_line
 from dpsql.policy import Policy, TablePolicy
-from dpsql.rewrite.bounding import cleaned_rows, prepared_rows, varying_units
-from dpsql.sql import names, sandbox
+from dpsql.sql import sandbox
 from dpsql.sql.lossless import canonical_select, faithful
 from dpsql.sql.names import TWIN_SCHEMA, prepared_table
 from dpsql.sql.parse import DIALECT
@@ -66,8 +65,9 @@ class DuckDBEngine(Engine):
         with sandbox.opened(config) as con:  # locked when the tables are loaded
             self._con = con
             con.execute(f"CREATE SCHEMA {TWIN_SCHEMA}")
+            loader = TableLoader(con, policy.path.name)
             for table in policy.tables.values():
-                self._load(table, salt)
+                loader.load(table, salt)
             # A second client whose default schema holds empty tables of the same names and columns: the very SQL
             # that will run on the data is first run there, where no row can influence what happens.
             self._twin = con.cursor()
@@ -94,80 +94,6 @@ class DuckDBEngine(Engine):
         rows = self._con.execute(f"SELECT * FROM {name}").fetchall()
         if rows:
             public.executemany(f"INSERT INTO {name} VALUES ({', '.join('?' for _ in described)})", rows)
-
-    def _load(self, table: TablePolicy, salt: int) -> None:
-        found = self._source_columns(table, self._source(table, typed=False))
-        missing = [name for name in table.columns if name not in found]
-        if missing:
-            self._fail(table, f"columns.{missing[0]}", f"the source has no column '{missing[0]}' (it has: "
-                                                       f"{', '.join(sorted(found))})")
-        # A public table is kept as it is (typed and cleaned): its rows are read as they are, and joined.
-        source = self._source(table)
-        rows = cleaned_rows(table, source) if table.public else prepared_rows(table, source, salt)
-        try:
-            self._con.execute(f"CREATE TABLE {prepared_table(table.name)} AS {rows.sql(DIALECT)}")
-        except duckdb.Error as exc:
-            self._fail(table, "source", f"cannot load {table.source.pattern!r} with the declared column types: "
-                                        f"{self._column_hint(table)} ({type(exc).__name__})")
-        for column in table.columns.values():
-            if column.per_unit and not table.row_privacy:
-                check = varying_units(table, prepared_table(table.name), column).sql(DIALECT)
-                if self._con.execute(check).fetchone()[0]:
-                    # To the steward loading the policy, the same for every query: names the column, no value.
-                    self._fail(table, f"columns.{column.name}", "declared per_unit = true, but some unit has "
-                                                               "different values (or NULL and a value) in it")
-        self._con.execute(f"CREATE TABLE {TWIN_SCHEMA}.{prepared_table(table.name)} AS "
-                          f"SELECT * FROM {prepared_table(table.name)} LIMIT 0")
-        if table.source.kind == "duckdb":  # the copy is made: the steward's database file is not needed any more
-            self._con.execute(f"DETACH {names.attached_source(table.name)}")
-
-    def _source(self, table: TablePolicy, typed: bool = True) -> exp.Expression:
-        """The table's source as DuckDB reads it: CSV with the declared types (or every column as text, to find its
-        columns and diagnose a type), Parquet, or the table of an attached DuckDB file."""
-        path = exp.Literal.string(table.source.pattern)
-        if table.source.kind == "csv":
-            types = exp.Struct(expressions=[exp.PropertyEQ(this=exp.Literal.string(name),
-                                                           expression=exp.Literal.string(column.type.duckdb))
-                                            for name, column in table.columns.items()])
-            option = _named("types", types) if typed else _named("all_varchar", exp.true())
-            return exp.Table(this=exp.Anonymous(this="read_csv", expressions=[path, _named("header", exp.true()),
-                                                                             option]))
-        if table.source.kind == "parquet":
-            return exp.Table(this=exp.Anonymous(this="read_parquet", expressions=[path]))
-        alias = names.attached_source(table.name)
-        attached = {row[0] for row in self._con.execute("SELECT database_name FROM duckdb_databases()").fetchall()}
-        if alias not in attached:
-            try:
-                self._con.execute(f"ATTACH {path.sql(DIALECT)} AS {alias} (READ_ONLY)")
-            except duckdb.Error as exc:
-                self._fail(table, "source", f"cannot open the DuckDB database ({type(exc).__name__})")
-        return exp.Table(this=exp.to_identifier(table.source.table, quoted=True), db=exp.to_identifier(alias))
-
-    def _source_columns(self, table: TablePolicy, source: exp.Expression) -> dict[str, str]:
-        try:
-            described = self._con.execute(f"DESCRIBE {exp.select('*').from_(source).sql(DIALECT)}").fetchall()
-        except duckdb.Error as exc:
-            self._fail(table, "source", f"cannot read {table.source.pattern!r} ({first_line(exc)})")
-        return {row[0].lower(): row[1] for row in described}
-
-    def _fail(self, table: TablePolicy, key: str, problem: str) -> None:
-        raise PolicyError(f"policy {self._policy_name}: table '{table.name}', key '{key}': {problem}")
-
-    def _column_hint(self, table: TablePolicy) -> str:
-        """Name the first declared column whose values do not all read as its declared type.
-
-        This message goes to whoever loads the policy and depends on the data; it names a column, never a value
-        or a row, and it is the same for every query, so it cannot be used to probe individual rows.
-        """
-        source = self._source(table, typed=False)
-        for name, column in table.columns.items():
-            raw = exp.column(exp.to_identifier(name, quoted=True))
-            declared = exp.TryCast(this=raw.copy(), to=exp.DataType.build(column.type.duckdb, dialect=DIALECT))
-            unreadable = exp.and_(raw.is_(exp.null()).not_(), declared.is_(exp.null()))
-            count = exp.select(exp.Count(this=exp.Star())).from_(source).where(unreadable)
-            if self._con.execute(count.sql(DIALECT)).fetchone()[0]:
-                return f"column '{name}' has values that are not {column.type.value}"
-        return "the source could not be read"
 
     def public_facts(self) -> PublicFacts:
         return self._facts
@@ -281,8 +207,3 @@ def _public_answer(cursor: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[st
 
 def _quote(name: str) -> str:
     return exp.to_identifier(name, quoted=True).sql(DIALECT)
-
-
-def _named(name: str, value: exp.Expression) -> exp.Expression:
-    """A named argument of a DuckDB table function: `header = true`."""
-    return exp.EQ(this=exp.var(name), expression=value)

@@ -1,0 +1,104 @@
+"""Reading a policy's tables into a DuckDB connection that is not locked yet: each declared table from its source
+(a CSV glob, Parquet, or a table of a DuckDB file, attached read-only and detached once copied) with the declared
+types, only the declared columns, prepared for contribution bounding by rewrite/bounding.py, with an empty twin in
+the twin schema for the dry run. Used for the engine's in-memory database and for building a prepared store."""
+
+from __future__ import annotations
+
+import duckdb
+from sqlglot import exp
+
+from dpsql.errors import PolicyError, first_line
+from dpsql.policy import TablePolicy
+from dpsql.rewrite.bounding import cleaned_rows, prepared_rows, varying_units
+from dpsql.sql import names
+from dpsql.sql.names import TWIN_SCHEMA, prepared_table
+from dpsql.sql.parse import DIALECT
+
+
+class TableLoader:
+    """Loads tables into `con` (whose twin schema exists); errors name the policy, the table and the key."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, policy_name: str) -> None:
+        self.con = con
+        self.policy_name = policy_name
+
+    def load(self, table: TablePolicy, salt: int) -> None:
+        found = self._source_columns(table, self._source(table, typed=False))
+        missing = [name for name in table.columns if name not in found]
+        if missing:
+            self._fail(table, f"columns.{missing[0]}", f"the source has no column '{missing[0]}' (it has: "
+                                                       f"{', '.join(sorted(found))})")
+        # A public table is kept as it is (typed and cleaned): its rows are read as they are, and joined.
+        source = self._source(table)
+        rows = cleaned_rows(table, source) if table.public else prepared_rows(table, source, salt)
+        try:
+            self.con.execute(f"CREATE TABLE {prepared_table(table.name)} AS {rows.sql(DIALECT)}")
+        except duckdb.Error as exc:
+            self._fail(table, "source", f"cannot load {table.source.pattern!r} with the declared column types: "
+                                        f"{self._column_hint(table)} ({type(exc).__name__})")
+        for column in table.columns.values():
+            if column.per_unit and not table.row_privacy:
+                check = varying_units(table, prepared_table(table.name), column).sql(DIALECT)
+                if self.con.execute(check).fetchone()[0]:
+                    # To the steward loading the policy, the same for every query: names the column, no value.
+                    self._fail(table, f"columns.{column.name}", "declared per_unit = true, but some unit has "
+                                                               "different values (or NULL and a value) in it")
+        self.con.execute(f"CREATE TABLE {TWIN_SCHEMA}.{prepared_table(table.name)} AS "
+                          f"SELECT * FROM {prepared_table(table.name)} LIMIT 0")
+        if table.source.kind == "duckdb":  # the copy is made: the steward's database file is not needed any more
+            self.con.execute(f"DETACH {names.attached_source(table.name)}")
+
+    def _source(self, table: TablePolicy, typed: bool = True) -> exp.Expression:
+        """The table's source as DuckDB reads it: CSV with the declared types (or every column as text, to find its
+        columns and diagnose a type), Parquet, or the table of an attached DuckDB file."""
+        path = exp.Literal.string(table.source.pattern)
+        if table.source.kind == "csv":
+            types = exp.Struct(expressions=[exp.PropertyEQ(this=exp.Literal.string(name),
+                                                           expression=exp.Literal.string(column.type.duckdb))
+                                            for name, column in table.columns.items()])
+            option = _named("types", types) if typed else _named("all_varchar", exp.true())
+            return exp.Table(this=exp.Anonymous(this="read_csv", expressions=[path, _named("header", exp.true()),
+                                                                             option]))
+        if table.source.kind == "parquet":
+            return exp.Table(this=exp.Anonymous(this="read_parquet", expressions=[path]))
+        alias = names.attached_source(table.name)
+        attached = {row[0] for row in self.con.execute("SELECT database_name FROM duckdb_databases()").fetchall()}
+        if alias not in attached:
+            try:
+                self.con.execute(f"ATTACH {path.sql(DIALECT)} AS {alias} (READ_ONLY)")
+            except duckdb.Error as exc:
+                self._fail(table, "source", f"cannot open the DuckDB database ({type(exc).__name__})")
+        return exp.Table(this=exp.to_identifier(table.source.table, quoted=True), db=exp.to_identifier(alias))
+
+    def _source_columns(self, table: TablePolicy, source: exp.Expression) -> dict[str, str]:
+        try:
+            described = self.con.execute(f"DESCRIBE {exp.select('*').from_(source).sql(DIALECT)}").fetchall()
+        except duckdb.Error as exc:
+            self._fail(table, "source", f"cannot read {table.source.pattern!r} ({first_line(exc)})")
+        return {row[0].lower(): row[1] for row in described}
+
+    def _fail(self, table: TablePolicy, key: str, problem: str) -> None:
+        raise PolicyError(f"policy {self.policy_name}: table '{table.name}', key '{key}': {problem}")
+
+    def _column_hint(self, table: TablePolicy) -> str:
+        """Name the first declared column whose values do not all read as its declared type.
+
+        This message goes to whoever loads the policy and depends on the data; it names a column, never a value
+        or a row, and it is the same for every query, so it cannot be used to probe individual rows.
+        """
+        source = self._source(table, typed=False)
+        for name, column in table.columns.items():
+            raw = exp.column(exp.to_identifier(name, quoted=True))
+            declared = exp.TryCast(this=raw.copy(), to=exp.DataType.build(column.type.duckdb, dialect=DIALECT))
+            unreadable = exp.and_(raw.is_(exp.null()).not_(), declared.is_(exp.null()))
+            count = exp.select(exp.Count(this=exp.Star())).from_(source).where(unreadable)
+            if self.con.execute(count.sql(DIALECT)).fetchone()[0]:
+                return f"column '{name}' has values that are not {column.type.value}"
+        return "the source could not be read"
+
+
+
+def _named(name: str, value: exp.Expression) -> exp.Expression:
+    """A named argument of a DuckDB table function: `header = true`."""
+    return exp.EQ(this=exp.var(name), expression=value)
