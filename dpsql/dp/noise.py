@@ -14,9 +14,10 @@ from __future__ import annotations
 import os
 import random
 import threading
+import weakref
 from fractions import Fraction
 from math import isqrt
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 
 class RandomSource(Protocol):
@@ -32,15 +33,30 @@ class SecureRandom:
     """Uniform integers from the operating system's cryptographically secure generator (os.urandom, what `secrets`
     reads), fetched in blocks of _BLOCK bytes: one system call per block rather than per draw (permute-and-flip
     draws some twenty thousand integers for one quantile cell). Each draw takes the next bits of the block and is
-    rejected and redrawn when not below n, so it is uniform; no bit is used twice."""
+    rejected and redrawn when not below n, so it is uniform; no bit is used twice.
+
+    A forked child process starts with an empty block and a new lock (os.register_at_fork): it would otherwise
+    draw the rest of its parent's block, the very noise the parent draws next, so that two answers from parent
+    and child would differ by their true difference exactly; and a lock held by another thread at the fork would
+    stay locked forever in the child."""
 
     secure = True
     _BLOCK = 1 << 14
+    _instances: ClassVar[weakref.WeakSet[SecureRandom]] = weakref.WeakSet()
 
     def __init__(self) -> None:
+        self._reset()
+        SecureRandom._instances.add(self)
+
+    def _reset(self) -> None:
         self._block = b""
         self._used = 0
         self._lock = threading.Lock()
+
+    @classmethod
+    def _after_fork_in_child(cls) -> None:
+        for source in list(cls._instances):
+            source._reset()
 
     def randbelow(self, n: int) -> int:
         if n <= 0:
@@ -55,6 +71,10 @@ class SecureRandom:
                 self._used += size
                 if value < n:
                     return value
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=SecureRandom._after_fork_in_child)
 
 
 class InsecureSeededRandomForTests:

@@ -1,0 +1,83 @@
+"""SecureRandom buffers os.urandom in 16 KiB blocks. A process that forks after drawing (a pre-forking server, a
+multiprocessing pool with the fork start method, an application that made its PrivateSession before forking)
+hands the unread rest of the block to the child: parent and child then draw the SAME noise, and two answers noised
+with the same draw differ by exactly the difference of their true values (the noise cancels)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+import pytest
+
+from dpsql.dp.noise import SecureRandom
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+
+
+def _draws_in_child(source: SecureRandom, count: int) -> list[int]:
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child process
+        try:
+            os.close(read)
+            payload = ",".join(str(source.randbelow(1 << 30)) for _ in range(count)).encode()
+            os.write(write, payload)
+        finally:
+            os._exit(0)
+    os.close(write)
+    chunks = []
+    while chunk := os.read(read, 1 << 16):
+        chunks.append(chunk)
+    os.close(read)
+    os.waitpid(pid, 0)
+    return [int(x) for x in b"".join(chunks).decode().split(",")]
+
+
+def test_a_forked_child_does_not_repeat_the_parents_noise() -> None:
+    source = SecureRandom()
+    source.randbelow(2)  # fills the buffer
+    count = 50
+    child = _draws_in_child(source, count)
+    parent = [source.randbelow(1 << 30) for _ in range(count)]
+    # Independent uniform draws below 2**30 agree by chance with probability 50 / 2**30 at most.
+    assert sum(a == b for a, b in zip(parent, child, strict=True)) == 0
+
+
+def test_a_lock_held_at_fork_does_not_hang_the_child() -> None:
+    """A fork while another thread holds the lock leaves the child's copy locked forever (its owner does not
+    exist there): the child must get a fresh lock with its fresh buffer."""
+    source = SecureRandom()
+    held, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with source._lock:
+            held.set()
+            release.wait()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    held.wait()
+    try:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child process
+            try:
+                os.close(read)
+                acquired = source._lock.acquire(blocking=False)
+                os.write(write, b"1" if acquired else b"0")
+            finally:
+                os._exit(0)
+        os.close(write)
+        answer = os.read(read, 1)
+        os.close(read)
+        os.waitpid(pid, 0)
+    finally:
+        release.set()
+        thread.join()
+    assert answer == b"1"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__]))
