@@ -135,3 +135,15 @@ def test_keys_through_a_cte_and_a_per_unit_subquery(visits_policy: Path, monkeyp
         assert sorted(per_unit.rows) == [(n,) for n in range(1, 6)] and per_unit.cost.epsilon == 0
     finally:
         session.close()
+
+
+def test_a_constant_beside_the_keys_is_not_read_as_a_group_by_position(visits_policy: Path) -> None:
+    """SELECT DISTINCT region, 1 was GROUP BY region, 1: position 1 is region again, and every declared region came
+    twice (found by the red team)."""
+    session = _session(visits_policy)
+    try:
+        result = session.execute("SELECT DISTINCT region, 1 AS one, 'x' AS t FROM visits")
+        assert [tuple(row) for row in result.rows] == [(region, 1, "x") for region in REGIONS]
+        assert result.cost.epsilon == 0
+    finally:
+        session.close()

@@ -174,7 +174,10 @@ def _distinct_as_groups(tree: exp.Select) -> exp.Select:
     tree = tree.copy()
     tree.set("distinct", None)
     keys = [item.this if isinstance(item, exp.Alias) else item for item in tree.expressions]
-    return tree.group_by(*[key.copy() for key in keys], copy=False)
+    # A constant item is the same on every row: it adds nothing to what is distinct, and GROUP BY would read a bare
+    # integer as a position (SELECT DISTINCT region, 1 grouped by region twice, every row repeated).
+    varying = [key for key in keys if not isinstance(key, exp.Literal)]
+    return tree.group_by(*[key.copy() for key in varying or keys], copy=False)
 
 
 def _read_var(tree: exp.Select) -> exp.Select:
