@@ -4,7 +4,7 @@ Median, p10, p90, MIN and MAX of the visits table's cost (bounds [0, 5000], m = 
 income ([0, 500000], m = 1) at epsilon 0.1, 1 and 10: the mean rank error (|rows below the answer - q n|, for
 MIN/MAX the rows beyond it) and value error (against DuckDB's exact quantile_disc of the same capped rows), and
 coverage of the 95% rank tail. Then the time of DuckDB's exact quantile_cont against bucket counting plus
-permute-and-flip on ROWS generated rows. The seeded generator is for benchmarks only; sized to run in seconds.
+report-noisy-max on ROWS generated rows. The seeded generator is for benchmarks only; sized to run in seconds.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def speed(connection: duckdb.DuckDBPyConnection, seed: int) -> None:
     counts = count_vectors(connection.execute(query).fetchall(), 0, grid)[()]
     release(counts, QuantileScore(Fraction(1, 2), 1), Fraction(1), InsecureSeededRandomForTests(seed))
     dp = time.perf_counter() - start
-    print(f"{ROWS} rows: DuckDB exact quantile_cont {exact * 1000:.0f} ms, bucket counts + permute-and-flip "
+    print(f"{ROWS} rows: DuckDB exact quantile_cont {exact * 1000:.0f} ms, bucket counts + report-noisy-max "
           f"{dp * 1000:.0f} ms ({dp / exact:.1f}x)")
 
 

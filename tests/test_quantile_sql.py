@@ -201,7 +201,7 @@ def test_under_zcdp_a_share_rho_buys_epsilon_sqrt_2_rho(tmp_path: Path) -> None:
 
 def test_explain_names_the_mechanism_the_grid_and_the_rank_error(pums_session) -> None:
     text = explain(pums_session.prepare("SELECT sex, MEDIAN(income), MIN(age) FROM pums GROUP BY sex").plan)
-    assert "permute-and-flip exponential mechanism for the 0.5 quantile" in text
+    assert "report-noisy-max (geometric noise) exponential mechanism for the 0.5 quantile" in text
     assert "4097 candidates from 0 to 500000" in text  # pums.toml: income in [0, 500000]
     assert "the 0 quantile (MIN)" in text and "rank error at most" in text
 

@@ -31,7 +31,7 @@ class RandomSource(Protocol):
 
 class SecureRandom:
     """Uniform integers from the operating system's cryptographically secure generator (os.urandom, what `secrets`
-    reads), fetched in blocks of _BLOCK bytes: one system call per block rather than per draw (permute-and-flip
+    reads), fetched in blocks of _BLOCK bytes: one system call per block rather than per draw (the quantile sampler
     draws some twenty thousand integers for one quantile cell). Each draw takes the next bits of the block and is
     rejected and redrawn when not below n, so it is uniform; no bit is used twice.
 
@@ -119,19 +119,29 @@ def bernoulli_exp_ratio(num: int, den: int, rng: RandomSource) -> bool:
     return _bernoulli_exp_le1(num, den, rng)
 
 
+def geometric_exp(num: int, den: int, rng: RandomSource) -> int:
+    """An integer Y >= 0 with P(Y = k) proportional to exp(-k num / den), for integers num, den > 0 (CKS algorithm
+    2's magnitude: X = U + den V has P(X = x) proportional to exp(-x / den), and Y = X // num). The draws it makes
+    depend on its own outcome only, never on anything else."""
+    if num <= 0 or den <= 0:
+        raise ValueError("a geometric needs num > 0 and den > 0")
+    while True:
+        u = rng.randbelow(den)
+        if not bernoulli_exp(Fraction(u, den), rng):  # in lowest terms: the draws of the earlier, inlined form
+            continue
+        v = 0
+        while bernoulli_exp(Fraction(1), rng):
+            v += 1
+        return (u + den * v) // num
+
+
 def discrete_laplace(scale: Fraction, rng: RandomSource) -> int:
     """An integer Z with P(Z = z) proportional to exp(-|z| / scale) (CKS algorithm 2)."""
     if scale <= 0:
         raise ValueError("the scale of discrete Laplace noise must be positive")
     t, s = scale.numerator, scale.denominator  # scale = t / s
     while True:
-        u = rng.randbelow(t)
-        if not bernoulli_exp(Fraction(u, t), rng):
-            continue
-        v = 0
-        while bernoulli_exp(Fraction(1), rng):
-            v += 1
-        y = (u + t * v) // s
+        y = geometric_exp(s, t, rng)
         negative = rng.randbelow(2) == 1
         if negative and y == 0:
             continue

@@ -1,5 +1,5 @@
 """DP quantiles, MIN and MAX: the exponential mechanism's rank utility over a candidate grid, sampled exactly by
-permute-and-flip.
+report-noisy-max with geometric noise.
 
 The engine never hands rows to Python: it counts the (clamped, contribution-bounded) rows per candidate bucket,
 and everything here works from those counts, at most `Grid.candidates` integers per group.
@@ -12,7 +12,7 @@ quantile of the data. K: integer columns whose range has at most MAX_INTEGER_CAN
 (6.9 at K = 1024, 8.3 at 4096) while the rounding error falls with w = (high - low)/K. Measured against Tumult and
 OpenDP (benchmarks/quantile_accuracy.py), 2**10 left dpsql's value error at a quarter of a bucket from epsilon 1 up
 on dense data (4.9 wide on visits' cost: 1.7 against Tumult's 0.36 at epsilon 10); 2**12 cut that to 0.15 with
-the errors at small epsilons unchanged within noise. The cost is time: permute-and-flip flips one exact coin per
+the errors at small epsilons unchanged within noise. The cost is time: the sampler draws one exact noise value per
 candidate, about 16 ms per released cell at 4097 candidates.
 
 Utility (the rank utility of Smith 2011 and OpenDP's discrete_quantile_score, on buckets): with lt(c) rows in the
@@ -29,11 +29,13 @@ holding the minimum scores 0, so MIN lands among them uniformly, between the bou
 when the data reach the bound), plus the mechanism's rank error. An earlier design aimed at a public rank k inside
 the data (the 95% rank tail): robust to loose bounds, but with k near n it put MAX below the median.
 
-Sampling (McKenna and Sheldon 2020, permute-and-flip): visit the candidates in a uniformly random order and stop
-at the first candidate c accepted with probability exp(-epsilon * (u* - u(c)) / (2 Delta)), u* the best utility.
-The best candidate is always accepted, so one pass suffices. It is epsilon-DP (the utility need not be monotone)
-and its expected error is never worse than the exponential mechanism's. With epsilon and q exact rationals every
-acceptance is bernoulli_exp of a Fraction: no float enters a probability, so Mironov-style gaps cannot arise.
+Sampling (noisy_max_scaled): each candidate's utility gets an independent geometric noise, P(G = k) proportional to
+exp(-k epsilon / (2 Delta)) in the utility's units, and the largest noisy utility wins (ties: uniformly). It is
+epsilon-DP (the utility need not be monotone), report-noisy-max with exponential noise rounded down, which Ding et
+al. (2021) showed to be permute-and-flip (McKenna and Sheldon 2020; never less accurate than the exponential
+mechanism). With epsilon and q exact rationals the noise is CKS's exact geometric: no float enters a probability, so
+Mironov-style gaps cannot arise; and the draws it makes do not depend on the data, so neither does its time
+(permute-and-flip's coins did: see noisy_max_scaled).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from fractions import Fraction
 from itertools import accumulate
 
 from dpsql.dp.mechanisms import LaplaceMechanism
-from dpsql.dp.noise import RandomSource, bernoulli_exp_ratio, uniform_permutation
+from dpsql.dp.noise import RandomSource, geometric_exp, uniform_permutation
 from dpsql.dp.quantile_interval import INTERVAL_SHARE, interval
 
 GRID_BITS = 12
@@ -153,50 +155,57 @@ def _below_above(counts: Sequence[int]) -> tuple[list[int], list[int]]:
     return below, [n - lt - c for lt, c in zip(below, counts, strict=True)]
 
 
-def permute_and_flip(utilities: Sequence[Fraction], epsilon: Fraction, sensitivity: Fraction,
-                     rng: RandomSource) -> int:
+def noisy_max(utilities: Sequence[Fraction], epsilon: Fraction, sensitivity: Fraction, rng: RandomSource) -> int:
     """The index of the chosen candidate: epsilon-DP when one unit moves every utility by at most `sensitivity`."""
     scale = math.lcm(*(Fraction(u).denominator for u in utilities))
-    return permute_and_flip_scaled([int(u * scale) for u in utilities], scale, epsilon, sensitivity, rng)
+    return noisy_max_scaled([int(u * scale) for u in utilities], scale, epsilon, sensitivity, rng)
 
 
-def permute_and_flip_scaled(utilities: Sequence[int], scale: int, epsilon: Fraction, sensitivity: Fraction,
-                            rng: RandomSource) -> int:
-    """permute_and_flip of the utilities u / scale, in integers: candidate c's coin is exp(-gamma_c) with
-    gamma_c = epsilon (u* - u_c) / (2 sensitivity scale), one numerator over a denominator shared by all."""
+def noisy_max_scaled(utilities: Sequence[int], scale: int, epsilon: Fraction, sensitivity: Fraction,
+                     rng: RandomSource) -> int:
+    """noisy_max of the utilities u / scale, in integers: each u_c gets its own geometric noise G_c with
+    P(G = k) proportional to exp(-k a), a = epsilon / (2 sensitivity scale), and the largest u_c + G_c wins, the
+    first in a uniformly random order among equals.
+
+    Why epsilon-DP: with a continuous tie-breaker U_c uniform in [0, 1), X = G + U has P(X > x + j) = exp(-a j)
+    P(X > x) for every integer j >= 0 and x >= 0, and P(X > y) >= exp(-a j) for y < j. Candidate c wins when X_c
+    exceeds the others' best minus u_c; a neighbour moves that threshold by at most 2 sensitivity scale (an
+    integer), so the probability of every output changes by a factor of at most exp(2 a sensitivity scale) =
+    exp(epsilon). It is report-noisy-max with exponential noise rounded down, which is permute-and-flip (Ding et
+    al. 2021) up to that rounding.
+
+    Why not permute-and-flip itself (the earlier sampler): its coin for candidate c costs draws that depend on
+    u* - u_c, so the running time of a release depended on the data (one row below everyone else's minimum changed
+    thousands of coins' cost: 9.3 against 11.4 ms per MIN cell, found by the red team). Here every draw is either
+    the order (len(utilities) draws) or a noise value's own, whose law is fixed by epsilon, the sensitivity and the
+    scale: the number of draws, and the time they take, no longer depend on the data."""
     if epsilon <= 0 or sensitivity <= 0:
         raise ValueError("epsilon and the sensitivity must be positive")
-    factor = Fraction(epsilon) / (2 * Fraction(sensitivity) * scale)
-    numerator, denominator = factor.numerator, factor.denominator
-    best = max(utilities)
-    chosen: int | None = None
-    # Every candidate's coin is flipped, also after the first acceptance, and the later ones are discarded: the
-    # output law is permute-and-flip's, but the work no longer stops at the accepted candidate, so the running time
-    # does not tell how far down the random order it was (which would hint at the other candidates' utilities).
-    # Each coin's own time still depends on its gamma; that residue is noted in the README.
-    for index in uniform_permutation(len(utilities), rng):
-        accepted = bernoulli_exp_ratio(numerator * (best - utilities[index]), denominator, rng)
-        if accepted and chosen is None:
-            chosen = index
-    if chosen is None:  # pragma: no cover - the best candidate's gamma is 0, so its coin always accepts
-        raise AssertionError("permute-and-flip always accepts the best candidate")
+    rate = Fraction(epsilon) / (2 * Fraction(sensitivity) * scale)
+    order = uniform_permutation(len(utilities), rng)
+    noise = [geometric_exp(rate.numerator, rate.denominator, rng) for _ in utilities]
+    best, chosen = None, -1
+    for index in order:
+        noisy = utilities[index] + noise[index]
+        if best is None or noisy > best:
+            best, chosen = noisy, index
     return chosen
 
 
 def release(counts: Sequence[int], score: QuantileScore, epsilon: Fraction, rng: RandomSource) -> int:
     """One group's DP quantile (or MIN/MAX): the index of a candidate, from its bucket counts."""
     utilities, scale = score.scaled_utilities(counts)
-    return permute_and_flip_scaled(utilities, scale, epsilon, score.sensitivity, rng)
+    return noisy_max_scaled(utilities, scale, epsilon, score.sensitivity, rng)
 
 
 def utility_tail(epsilon: Fraction, sensitivity: Fraction, candidates: int, level: Fraction = LEVEL) -> float:
     """t with P(u* - u(released) >= t) <= 1 - level: (2 Delta / epsilon) ln(candidates / (1 - level)).
 
-    Permute-and-flip's output is at least as concentrated as the exponential mechanism's (McKenna and Sheldon,
-    theorem 2), whose tail is the union bound over at most `candidates` candidates with utility below u* - t,
-    each exp(-epsilon t / (2 Delta)) times as likely as the best. Utility is in rows: -u(c) = |lt(c) - q (n -
-    eq(c))|, eq(c) the rows at c, so t is the rank error in rows beyond the best candidate's (which is at most one
-    bucket's rows)."""
+    The released c has u_c + G_c >= u* + G_* >= u*, so u* - u_c <= G_c: a rank error of t or more needs some
+    candidate with u* - u_c >= t whose noise is at least t, at most `candidates` times P(G >= t) =
+    exp(-epsilon t / (2 Delta)) (noisy_max_scaled; the same bound as the exponential mechanism's). Utility is
+    in rows: -u(c) = |lt(c) - q (n - eq(c))|, eq(c) the rows at c, so t is the rank error in rows beyond the
+    best candidate's (which is at most one bucket's rows)."""
     return float(2 * sensitivity / epsilon) * math.log(candidates / float(1 - level))
 
 
@@ -204,7 +213,8 @@ def describe(grid: Grid, score: QuantileScore, epsilon: Fraction) -> str:
     """What `dpsql explain` should say of a quantile cell: the mechanism, the grid and the expected rank error."""
     tail = utility_tail(epsilon, score.sensitivity, grid.candidates)
     target = {0: "the 0 quantile (MIN)", 1: "the 1 quantile (MAX)"}.get(score.q, f"the {float(score.q):g} quantile")
-    return (f"permute-and-flip exponential mechanism for {target}, sensitivity {float(score.sensitivity):g} rows; "
+    return (f"report-noisy-max (geometric noise) exponential mechanism for {target}, sensitivity "
+            f"{float(score.sensitivity):g} rows; "
             f"{grid.candidates} candidates from {float(grid.low):g} to {float(grid.high):g} in steps of "
             f"{float(grid.width):g}; rank error at most {tail:.1f} rows beyond the best candidate's with 95% "
             f"probability (epsilon {float(epsilon):.4g}); the 95% interval from noisy counts of the rows around "
@@ -222,7 +232,7 @@ class QuantileRelease:
 
 @dataclass(frozen=True)
 class QuantileMechanism:
-    """What one quantile (or MIN/MAX) measurement gets: permute-and-flip with 1 - INTERVAL_SHARE of its epsilon,
+    """What one quantile (or MIN/MAX) measurement gets: report-noisy-max with 1 - INTERVAL_SHARE of its epsilon,
     noisy region counts for the interval with the rest. Epsilon-DP over all groups together: a unit with c_g of
     its at most m rows in group g moves that group's utilities by c_g max(q, 1 - q), a fraction c_g / m of the
     sensitivity every group is calibrated to, so the groups' losses add up to at most epsilon."""
@@ -232,7 +242,7 @@ class QuantileMechanism:
     max_rows: int
     epsilon: float  # the measurement's whole share
 
-    name = "permute-and-flip"
+    name = "report-noisy-max"
 
     def __post_init__(self) -> None:
         if not (self.epsilon > 0 and math.isfinite(self.epsilon)):

@@ -1,7 +1,7 @@
 """MEDIAN, the quantile calls, MIN and MAX: one exponential-mechanism measurement each (dp/quantile.py).
 
 The measurement is the rows per candidate of a grid over the argument's bounds; the release chooses one candidate
-per group by permute-and-flip and measures the interval around it (dp/quantile_interval.py), so the value and the
+per group by report-noisy-max and measures the interval around it (dp/quantile_interval.py), so the value and the
 interval arrive ready here. MIN and MAX are the 0 and 1 quantiles (the same measurement as QUANTILE_CONT(x, 0) and
 (x, 1)): no DP mechanism finds the true extreme, which one row moves anywhere within the bounds.
 """
