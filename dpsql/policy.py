@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import math
+import re
 import tomllib
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -163,6 +164,8 @@ class Policy:
     users: Path | None = None  # the server's SCRAM verifiers ([server] users; default beside the ledger)
     # The server's answers already released ([server] answers; default beside the ledger; false: none kept).
     answers: Path | None = None
+    store: Path | None = None  # the prepared store ([engine] store; None: each engine loads the sources itself)
+    memory_limit: str | None = None  # DuckDB's memory limit ([engine] memory_limit; spills beyond it)
 
     def table(self, name: str) -> TablePolicy | None:
         return self.tables.get(name.lower())
@@ -192,16 +195,40 @@ def load_policy(path: str | Path) -> Policy:
         tables[table.name] = table
     budget = reader.budget(reader.require(raw, "", "budget", dict))
     engine = reader.typed(raw.get("engine", {}), "", "engine", dict)
-    reader.keys(engine, "[engine]", {"time_limit_seconds"})
+    reader.keys(engine, "[engine]", {"time_limit_seconds", "store", "memory_limit"})
     time_limit = reader.number(engine, "[engine]", "time_limit_seconds", default=DEFAULT_TIME_LIMIT,
                                hi=_MAX_TIME_LIMIT)
+    store = _store_file(reader, engine, path, budget)
+    memory_limit = reader.typed(engine.get("memory_limit"), "[engine]", "memory_limit", str) \
+        if "memory_limit" in engine else None
+    if memory_limit is not None and not _MEMORY.fullmatch(memory_limit.strip()):
+        reader.fail("[engine]", "memory_limit", f"{memory_limit!r} is not a size such as '4GB' or '512MiB'")
     server = reader.typed(raw.get("server", {}), "", "server", dict)
     reader.keys(server, "[server]", {"users", "answers"})
     users_path = _server_file(reader, server, "users", f"{path.stem}.users.json", path, budget)
     answers_path = None
     if server.get("answers", True) is not False:  # `answers = false`: the server keeps no answers
         answers_path = _server_file(reader, server, "answers", f"{path.stem}.answers.sqlite", path, budget)
-    return Policy(path, tables, budget, time_limit, users_path, answers_path)
+    return Policy(path, tables, budget, time_limit, users_path, answers_path, store,
+                  memory_limit.strip() if memory_limit else None)
+
+
+_MEMORY = re.compile(r"\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
+
+
+def _store_file(reader: _Reader, engine: dict, path: Path, budget: BudgetPolicy) -> Path | None:
+    """`[engine] store`: false (the default: tables loaded by each engine), true (a prepared store beside the
+    ledger), or the store's file name, relative to the policy."""
+    value = engine.get("store", False)
+    if value is False:
+        return None
+    if value is True:
+        return budget.ledger.parent / f"{path.stem}.store.duckdb"
+    name = reader.typed(value, "[engine]", "store", str)
+    if not name.strip():
+        reader.fail("[engine]", "store", "must be true, false or a file name")
+    named = Path(name).expanduser()
+    return named if named.is_absolute() else path.parent / named
 
 
 def _server_file(reader: _Reader, server: dict, key: str, default: str, path: Path, budget: BudgetPolicy) -> Path:

@@ -13,21 +13,22 @@ import contextlib
 import glob
 import hashlib
 import os
-import secrets
 import threading
+from pathlib import Path
 from typing import Any
 
 import duckdb
 from sqlglot import exp
 
 from dpsql.analysis.public_facts import PublicFacts
+from dpsql.engines import store
 from dpsql.engines.base import Engine
 from dpsql.engines.loading import TableLoader
 from dpsql.engines.public_facts import DuckDBPublicFacts
 from dpsql.engines.watchdog import Watchdog
-from dpsql.errors import ExecutionFailed, QueryRejected, first_line
+from dpsql.errors import ExecutionFailed, PolicyError, QueryRejected, first_line
 from dpsql.policy import Policy, TablePolicy
-from dpsql.sql import sandbox
+from dpsql.sql import names, sandbox
 from dpsql.sql.lossless import canonical_select, faithful
 from dpsql.sql.names import TWIN_SCHEMA, prepared_table
 from dpsql.sql.parse import DIALECT
@@ -60,14 +61,19 @@ class DuckDBEngine(Engine):
         self._exact: dict[str, str] = {}  # bounded SQL -> the SQL that runs it with exact columns
         self._policy_name = policy.path.name
         self.data_version = data_version(policy)
-        # The salt makes the per-unit choice of rows unpredictable; a fixed one is for tests only.
-        salt = bounding_seed if bounding_seed is not None else secrets.randbits(62)
+        self.store_built = False  # whether this engine had to build the policy's prepared store
+        if policy.memory_limit is not None:  # beyond it DuckDB spills to a folder only the steward can read
+            config["memory_limit"] = policy.memory_limit
+            config["temp_directory"] = str(_spill_folder(policy))
         with sandbox.opened(config) as con:  # locked when the tables are loaded
             self._con = con
-            con.execute(f"CREATE SCHEMA {TWIN_SCHEMA}")
-            loader = TableLoader(con, policy.path.name)
-            for table in policy.tables.values():
-                loader.load(table, salt)
+            if policy.store is not None:
+                self._attach_store(policy, bounding_seed, config)
+            else:
+                con.execute(f"CREATE SCHEMA {TWIN_SCHEMA}")
+                loader, salt = TableLoader(con, policy.path.name), store.new_salt(bounding_seed)
+                for table in policy.tables.values():
+                    loader.load(table, salt)
             # A second client whose default schema holds empty tables of the same names and columns: the very SQL
             # that will run on the data is first run there, where no row can influence what happens.
             self._twin = con.cursor()
@@ -85,6 +91,19 @@ class DuckDBEngine(Engine):
             self._public_watchdog = Watchdog(public, policy.time_limit)
         self._facts = DuckDBPublicFacts(policy, lambda sql: self._con.execute(sql).fetchall(), self._lock,
                                         lambda sql: self._public_con.execute(sql).fetchall(), self._public_lock)
+
+    def _attach_store(self, policy: Policy, bounding_seed: int | None, config: dict[str, str]) -> None:
+        """Use the prepared store (engines/store.py), built first if it is missing or was built for other data: its
+        database, attached read-only, becomes the default one, where the rewrite's table names are found."""
+        assert policy.store is not None
+        build_config = {k: v for k, v in config.items() if k != "disabled_optimizers"}
+        wanted, self.store_built = store.ensure(policy, self.data_version, bounding_seed, build_config)
+        store.check_private(policy.store)
+        path = exp.Literal.string(str(policy.store)).sql(DIALECT)
+        self._con.execute(f"ATTACH {path} AS {names.STORE} (READ_ONLY)")
+        self._con.execute(f"USE {names.STORE}")
+        if not store.matches(self._con, wanted):  # replaced by a build for other data since `ensure` looked
+            raise PolicyError(f"the prepared store {policy.store} changed while it was opened: run the query again")
 
     def _copy_public(self, table: TablePolicy, public: duckdb.DuckDBPyConnection) -> None:
         """A public table, as loaded (typed, cleaned), copied into the public database."""
@@ -207,3 +226,12 @@ def _public_answer(cursor: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[st
 
 def _quote(name: str) -> str:
     return exp.to_identifier(name, quoted=True).sql(DIALECT)
+
+
+def _spill_folder(policy: Policy) -> Path:
+    """Where DuckDB writes what does not fit in its memory limit: a folder of mode 0700 beside the ledger (it holds
+    pieces of the data)."""
+    folder = policy.budget.ledger.parent / f"{policy.path.stem}.spill"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(folder, 0o700)
+    return folder

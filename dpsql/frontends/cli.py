@@ -12,6 +12,7 @@ import functools
 import math
 import os
 import sys
+import time
 from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 
 import click
 
-from dpsql.errors import BudgetExhausted, Error, ProgrammingError
+from dpsql.errors import BudgetExhausted, Error, PolicyError, ProgrammingError
 from dpsql.frontends.explain import explain
 from dpsql.frontends.format import FORMATS, render, summary, why_no_rows
 from dpsql.frontends.skeleton import skeleton
@@ -171,6 +172,26 @@ def budget(policy: Path, analyst: str | None, history: bool, init: bool) -> None
         for charge in ledger.history(analyst):
             click.echo(f"  #{charge.id}  {charge.at}  {charge.analyst}  epsilon {float(charge.epsilon):g}  "
                        f"delta {float(charge.delta):g}  {' '.join(charge.query.split())}")
+
+
+@main.command()
+@_policy_option
+@_errors_as_messages
+def prepare(policy: Path) -> None:
+    """Build the policy's prepared store ([engine] store) if it is missing or stale: queries then attach it instead
+    of loading every source again. The steward runs it after the data change (a query would otherwise build it)."""
+    from dpsql.engines.duckdb_engine import DuckDBEngine
+
+    loaded = load_policy(policy)
+    if loaded.store is None:
+        raise PolicyError(f"policy {loaded.path.name}: key '[engine] store': not set, so every query loads the "
+                          f"sources itself; set `store = true` (beside the ledger) or a file name to prepare them")
+    started = time.monotonic()
+    engine = DuckDBEngine(loaded)
+    engine.close()
+    done = "built" if engine.store_built else "ready (already built for these sources and this policy)"
+    click.echo(f"prepared store {loaded.store}: {done}" + (f" in {time.monotonic() - started:.1f} s"
+                                                          if engine.store_built else ""))
 
 
 @main.command()

@@ -35,6 +35,7 @@ GROUP_KEY = "__dp_group_key"  # the smallest ROW_KEY of a unit's rows in one gro
 GROUP_NUMBER = "__dp_group_number"  # a group's rank among its unit's groups, by GROUP_KEY
 VALUES_BY_GROUP = "__dp_by_group"  # the subqueries of the per-group cap
 TWIN_SCHEMA = "__dp_twin"  # empty copies of the prepared tables, for the dry run
+STORE = "__dp_store"  # the prepared store, attached read-only as the default database (engines/store.py)
 
 # The bounded query's own subqueries and one-row placeholder (rewrite/).
 FILTERED = "__dp_filtered"

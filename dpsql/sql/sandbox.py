@@ -36,8 +36,9 @@ SAFETY_OPTIONS = frozenset([*_STARTUP_SAFETY, "enable_external_access", "lock_co
 
 
 @contextlib.contextmanager
-def opened(config: Mapping[str, str] | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
-    """An in-memory DuckDB with every safety option, locked when the with-block ends.
+def opened(config: Mapping[str, str] | None = None, database: str = ":memory:") -> Iterator[duckdb.DuckDBPyConnection]:
+    """An in-memory DuckDB (or the database file being built as a prepared store) with every safety option, locked
+    when the with-block ends.
 
     `config` holds the startup options the caller needs on top (it may not weaken a safety option); the block is
     where anything else that must precede the lock is done. Should the block raise, the connection is closed.
@@ -46,7 +47,7 @@ def opened(config: Mapping[str, str] | None = None) -> Iterator[duckdb.DuckDBPyC
     weakened = sorted(SAFETY_OPTIONS & set(config))
     if weakened:
         raise ValueError(f"the sandbox sets {', '.join(weakened)} itself")
-    con = duckdb.connect(":memory:", config={**config, **_STARTUP_SAFETY})
+    con = duckdb.connect(database, config={**config, **_STARTUP_SAFETY})
     try:
         yield con
         for statement in _LOCK:

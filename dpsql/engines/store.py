@@ -1,0 +1,143 @@
+"""A prepared store: the engine's prepared tables (typed, cleaned, ranked by the secret salted hash, fixed-point
+columns) built once into a DuckDB file, so that a query attaches it read-only instead of loading every source again.
+
+The store is as secret as the data: it holds the rows, and its ranks were drawn with a salt that must stay
+unpredictable. It lives where the steward names it (`[engine] store` in the policy; default beside the ledger), is
+written mode 0600 inside a folder of mode 0700, and a store that others can read is refused, as is one built for
+other data: the identity kept inside it (`Identity`) must match the policy's text, each source file's path, size,
+modification time and a sample of its content, the DuckDB version and the store format, and how its salt was
+chosen (secret and random, or a test's fixed seed: a store built with a known seed is never used without it).
+
+A build writes into a private temporary folder beside the store and renames the finished file into place, so a
+crash leaves the old store (which no longer matches, so it is rebuilt) or none, never half of one in use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import shutil
+import stat
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from dpsql.engines.loading import TableLoader
+from dpsql.errors import PolicyError
+from dpsql.policy import Policy
+from dpsql.sql import sandbox
+from dpsql.sql.names import TWIN_SCHEMA
+
+STORE_FORMAT = 1
+_IDENTITY_TABLE = "__dp_store_identity"
+_SAMPLE = 1 << 16  # bytes read from the start and from the end of each source file for its fingerprint
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What a store was built from; a store is used only for the very same."""
+
+    fingerprint: str  # the policy, its sources, DuckDB's version, the store format
+    salt: str  # "secret" for a random salt; for a test's fixed seed, a digest of it
+
+
+def identity(policy: Policy, data_version: str, bounding_seed: int | None) -> Identity:
+    digest = hashlib.sha256(f"{data_version}|{duckdb.__version__}|{STORE_FORMAT}".encode())
+    for table in sorted(policy.tables.values(), key=lambda t: t.name):
+        for name in sorted(_source_files(table.source.pattern)):
+            digest.update(name.encode())
+            digest.update(_content_sample(name))
+    salt = "secret" if bounding_seed is None else hashlib.sha256(f"seed {bounding_seed}".encode()).hexdigest()
+    return Identity(digest.hexdigest(), salt)
+
+
+def ensure(policy: Policy, data_version: str, bounding_seed: int | None, config: dict[str, str]) -> tuple[
+        Identity, bool]:
+    """The identity the policy's store must have, and whether it had to be built (it was missing or stale)."""
+    assert policy.store is not None
+    wanted = identity(policy, data_version, bounding_seed)
+    if ready(policy.store, wanted):
+        return wanted, False
+    build(policy.store, policy, wanted, new_salt(bounding_seed), config)
+    return wanted, True
+
+
+def ready(path: Path, wanted: Identity) -> bool:
+    """Whether the store at `path` exists and was built for `wanted` (refused if others can read it)."""
+    if not path.exists():
+        return False
+    check_private(path)
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error:
+        return False  # not a store this DuckDB can open: rebuilt
+    try:
+        return matches(con, wanted)
+    finally:
+        con.close()
+
+
+def matches(con: duckdb.DuckDBPyConnection, wanted: Identity) -> bool:
+    """Whether the store open as `con`'s default database was built for `wanted`."""
+    try:
+        found = con.execute(f"SELECT fingerprint, salt FROM {_IDENTITY_TABLE}").fetchall()
+    except duckdb.Error:
+        return False
+    return found == [(wanted.fingerprint, wanted.salt)]
+
+
+def build(path: Path, policy: Policy, wanted: Identity, salt: int, config: dict[str, str]) -> None:
+    """Build the store for `policy` at `path` (replacing any older one), atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".building", dir=path.parent))  # mode 0700
+    try:
+        target = building / path.name
+        progress = {"enable_progress_bar": "true"} if sys.stderr.isatty() else {}
+        with sandbox.opened({**config, **progress}, database=str(target)) as con:
+            con.execute(f"CREATE SCHEMA {TWIN_SCHEMA}")
+            loader = TableLoader(con, policy.path.name)
+            for table in policy.tables.values():
+                loader.load(table, salt)
+            con.execute(f"CREATE TABLE {_IDENTITY_TABLE} (fingerprint VARCHAR, salt VARCHAR)")
+            con.execute(f"INSERT INTO {_IDENTITY_TABLE} VALUES (?, ?)", [wanted.fingerprint, wanted.salt])
+            con.execute("CHECKPOINT")
+        con.close()
+        os.chmod(target, 0o600)
+        os.replace(target, path)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+
+
+def new_salt(bounding_seed: int | None) -> int:
+    # The salt makes the per-unit choice of rows unpredictable; a fixed one is for tests only.
+    return bounding_seed if bounding_seed is not None else secrets.randbits(62)
+
+
+def check_private(path: Path) -> None:
+    """Refuse a store that anyone but its owner can read or write: it holds the rows and their secret ranks."""
+    mode = path.stat().st_mode
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise PolicyError(f"the prepared store {path} can be read or written by others (mode {stat.filemode(mode)});"
+                          f" it holds the data: `chmod 600` it, or delete it and it is rebuilt private")
+
+
+def _source_files(pattern: str) -> list[str]:
+    import glob
+    return glob.glob(pattern, recursive=True)
+
+
+def _content_sample(name: str) -> bytes:
+    """The first and last 64 KiB of a file (all of a small one): a change that keeps the size and the modification
+    time (a copy with preserved times) still changes the fingerprint, without reading a large file whole."""
+    try:
+        with open(name, "rb") as file:
+            head = file.read(_SAMPLE)
+            size = file.seek(0, os.SEEK_END)
+            file.seek(max(size - _SAMPLE, len(head)))
+            return hashlib.sha256(head + file.read()).digest()
+    except OSError:
+        return b"unreadable"
