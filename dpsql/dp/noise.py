@@ -122,17 +122,28 @@ def bernoulli_exp_ratio(num: int, den: int, rng: RandomSource) -> bool:
 def geometric_exp(num: int, den: int, rng: RandomSource) -> int:
     """An integer Y >= 0 with P(Y = k) proportional to exp(-k num / den), for integers num, den > 0 (CKS algorithm
     2's magnitude: X = U + den V has P(X = x) proportional to exp(-x / den), and Y = X // num). The draws it makes
-    depend on its own outcome only, never on anything else."""
+    depend on its own outcome only, never on anything else.
+
+    Algorithm 1's Bernoulli(exp(-gamma)) is written out here (no Fraction, no call per coin): the quantile
+    sampler draws one of these per candidate, thousands per released cell."""
     if num <= 0 or den <= 0:
         raise ValueError("a geometric needs num > 0 and den > 0")
+    draw = rng.randbelow
     while True:
-        u = rng.randbelow(den)
-        if not bernoulli_exp(Fraction(u, den), rng):  # in lowest terms: the draws of the earlier, inlined form
-            continue
+        u = draw(den)
+        k = 1  # Bernoulli(exp(-u / den)): count the successes of Bernoulli(u / (den k)), k = 1, 2, ...
+        while draw(den * k) < u:
+            k += 1
+        if k % 2 == 0:
+            continue  # rejected: U is accepted with probability exp(-U / den)
         v = 0
-        while bernoulli_exp(Fraction(1), rng):
+        while True:  # V: the successes of Bernoulli(exp(-1)) before its first failure
+            k = 2  # its first step, Bernoulli(1 / 1), always succeeds
+            while draw(k) == 0:
+                k += 1
+            if k % 2 == 0:
+                return (u + den * v) // num
             v += 1
-        return (u + den * v) // num
 
 
 def discrete_laplace(scale: Fraction, rng: RandomSource) -> int:
