@@ -145,9 +145,21 @@ def test_an_operation_without_a_total_form_is_refused(template: str) -> None:
                                       "t LIKE 'a\\' ESCAPE '\\'", "extract(timezone FROM d)",
                                       "date_trunc('era', d)", "round(i, -1)"])
 def test_the_grid_finds_the_errors_of_the_raw_forms(con, template: str) -> None:
-    """Without the checker's rewrite (or refusal) the same grid makes DuckDB fail: the grid has teeth."""
+    """Without the checker's rewrite (or refusal) the same grid makes DuckDB fail: the grid has teeth. DuckDB 2.0.1
+    made week() total on the grid's dates; the checker keeps its guarded form for 2.0.0 (pyproject allows both)."""
+    raw = sqlglot.parse_one(template, read="duckdb")
+    if template in _TOTAL_SINCE and _duckdb_version() >= _TOTAL_SINCE[template]:
+        _evaluate(con, raw)  # no failure left to find: the grid shows it, rather than expecting one
+        return
     with pytest.raises(duckdb.Error):
-        _evaluate(con, sqlglot.parse_one(template, read="duckdb"))
+        _evaluate(con, raw)
+
+
+_TOTAL_SINCE = {"extract(week FROM d)": (2, 0, 1), "week(d)": (2, 0, 1)}
+
+
+def _duckdb_version() -> tuple[int, ...]:
+    return tuple(int(part) for part in duckdb.__version__.split(".")[:3] if part.isdigit())
 
 
 def test_every_type_rule_is_exercised_by_the_grid() -> None:
