@@ -31,7 +31,7 @@ from dpsql.analysis.public_facts import PublicFacts
 from dpsql.analysis.relation import JOINED, Relation, resolve
 from dpsql.analysis.typecheck import total_expression
 from dpsql.analysis.vetting import may_fail, vet_row_expression
-from dpsql.dp.fixedpoint import clamp, fixed_point, null_preserving
+from dpsql.dp.fixedpoint import clamp, double, fixed_point, null_preserving
 from dpsql.dp.interval import Interval
 from dpsql.errors import ProgrammingError, QueryRejected
 from dpsql.policy import ColumnPolicy, ColumnType, ContributionBound, Policy, TablePolicy
@@ -235,10 +235,10 @@ def _aggregate_column(call: exp.Expression, name: str, table: TablePolicy, m: in
     if kind == "SUM":
         derived = Interval(m * min(interval.lo, 0.0), m * max(interval.hi, 0.0))
         return (ColumnPolicy(name, ColumnType.FLOAT, derived.lo, derived.hi, nullable=nullable),
-                exp.cast(exp.Sum(this=value), exp.DataType.Type.DOUBLE))
+                _exact_sum(value, interval))
     if kind == "AVG":
         return (ColumnPolicy(name, ColumnType.FLOAT, interval.lo, interval.hi, nullable=nullable),
-                exp.Avg(this=value))
+                _exact_sum(value, interval, average=True))
     integer = isinstance(bare, exp.Column) and table.columns[bare.name].type is ColumnType.INT
     values = tuple(range(int(interval.lo), int(interval.hi) + 1)) if integer and (
         interval.hi - interval.lo < MAX_DERIVED_DOMAIN) else None
@@ -246,6 +246,24 @@ def _aggregate_column(call: exp.Expression, name: str, table: TablePolicy, m: in
     aggregate = type(call)(this=value)
     return (ColumnPolicy(name, column_type, interval.lo, interval.hi, values, nullable),
             exp.cast(aggregate, exp.DataType.Type.BIGINT if integer else exp.DataType.Type.DOUBLE))
+
+
+def _exact_sum(value: exp.Expression, interval: Interval, average: bool = False) -> exp.Expression:
+    """SUM (or AVG) of a unit's clamped values, exactly: each row's fixed-point integer (dp/fixedpoint.py) summed in
+    HUGEINT, which no order of additions can change, and the exact total turned into a DOUBLE once. A float SUM
+    rounds by the order DuckDB adds the rows in, and with several threads that order follows where the unit's rows
+    fall among everyone else's: one person's rows would then move other units' derived values."""
+    grid = fixed_point(interval)
+    steps = grid.centered(value)
+    count = exp.Count(this=steps.copy())
+    total = exp.Add(this=exp.Sum(this=steps),
+                    expression=exp.Mul(this=exp.cast(exp.Literal.number(grid.center), exp.DataType.Type.INT128),
+                                       expression=count.copy()))
+    scaled = exp.Mul(this=exp.cast(total, exp.DataType.Type.DOUBLE), expression=double(float(grid.step)))
+    if not average:
+        return scaled
+    return exp.Div(this=exp.paren(scaled), expression=exp.cast(exp.func("NULLIF", count, exp.Literal.number(0)),
+                                                                exp.DataType.Type.DOUBLE))
 
 
 def _count_column(name: str, m: int, nullable: bool, lowest: int = 0) -> ColumnPolicy:
