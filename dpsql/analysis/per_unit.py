@@ -244,8 +244,13 @@ def _aggregate_column(call: exp.Expression, name: str, table: TablePolicy, m: in
         interval.hi - interval.lo < MAX_DERIVED_DOMAIN) else None
     column_type = ColumnType.INT if integer else ColumnType.FLOAT
     aggregate = type(call)(this=value)
+    if integer:
+        return (ColumnPolicy(name, column_type, interval.lo, interval.hi, values, nullable),
+                exp.cast(aggregate, exp.DataType.Type.BIGINT))
+    # -0.0 and 0.0 tie, and MIN/MAX keep whichever it meets first: the order of the rows, not the unit's values
+    # (and on several threads other units' rows decide it). Adding 0.0 makes -0.0 the 0.0 it equals.
     return (ColumnPolicy(name, column_type, interval.lo, interval.hi, values, nullable),
-            exp.cast(aggregate, exp.DataType.Type.BIGINT if integer else exp.DataType.Type.DOUBLE))
+            exp.Add(this=exp.cast(aggregate, exp.DataType.Type.DOUBLE), expression=double(0.0)))
 
 
 def _exact_sum(value: exp.Expression, interval: Interval, average: bool = False) -> exp.Expression:
