@@ -368,7 +368,9 @@ def _column_names(members: list[_Member]) -> dict[tuple[str, str], str]:
                 continue
             mapped = name if counts[name] == 1 else f"{prefix}_{name}"
             while mapped in taken or mapped.startswith(names.RESERVED_PREFIX):
-                mapped = f"{prefix}_{mapped}"
+                # an alias like `__a` or `_` would prefix a reserved name forever: t<index> never makes one
+                longer = f"{prefix}_{mapped}"
+                mapped = longer if not longer.startswith(names.RESERVED_PREFIX) else f"t{index}_{mapped}"
             taken.add(mapped)
             mapping[(member.alias, name)] = mapped
     return mapping
