@@ -26,14 +26,14 @@ _BOOLEAN = Interval(0.0, 1.0)
 
 def _text(node: exp.Expression) -> str:
     return node.copy().transform(lambda n: exp.column(n.name) if isinstance(n, exp.Column) else n).sql("duckdb")
-_MAX_MAGNITUDE = 1e15
+MAX_MAGNITUDE = 1e15
 
 
 def interval_of(node: exp.Expression, columns: dict[str, ColumnPolicy]) -> Interval:
     """The interval every non-NULL value of `node` lies in, for any row the policy admits."""
     result = _interval(node, columns)
     if not (math.isfinite(result.lo) and math.isfinite(result.hi)) or \
-            max(abs(result.lo), abs(result.hi)) > _MAX_MAGNITUDE:
+            max(abs(result.lo), abs(result.hi)) > MAX_MAGNITUDE:
         raise Unbounded(f"the value of {_text(node)} may reach {result.lo:g}..{result.hi:g}, beyond "
                         f"what can be summed exactly (1e15)")
     return result

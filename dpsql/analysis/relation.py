@@ -24,6 +24,7 @@ The rules, and why each keeps one unit's joined rows at most m:
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -31,6 +32,7 @@ from sqlglot import exp
 from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.qualify import qualify
 
+from dpsql.analysis.bounds import MAX_MAGNITUDE
 from dpsql.analysis.public_facts import PublicFacts
 from dpsql.dp.fixedpoint import fixed_point
 from dpsql.errors import ProgrammingError, QueryRejected
@@ -399,7 +401,10 @@ def _public_column(member: _Member, column: ColumnPolicy, mapped: str, facts: Pu
     lower, upper, values = column.lower, column.upper, column.values
     if facts is not None and (lower is None or values is None):
         found = facts.column(member.table.name, column.name)
-        if lower is None and column.type.numeric and found.lower is not None:
+        if lower is None and column.type.numeric and found.lower is not None and all(
+                math.isfinite(v) and abs(v) <= MAX_MAGNITUDE for v in (found.lower, found.upper)):
+            # Beyond the magnitude a policy may declare (an infinity, 1e308), no bound: the fixed-point grid of
+            # such a range does not exist, and every join with the table failed with an internal error.
             lower, upper = found.lower, found.upper
         if values is None and column.type in (ColumnType.TEXT, ColumnType.INT):
             values = found.values
