@@ -234,6 +234,40 @@ class Grammar:
         return f"SELECT g, COUNT(*) FROM f WHERE {both.sql} GROUP BY g", both
 
 
+    def nested_query(self) -> tuple[str, Expression]:
+        """A query of the SQL of issue 9 and the normaliser (per-unit aggregation, CTEs, row-level subqueries, the
+        unit semi-join, EXISTS, FILTER, GROUP BY ALL, a per-unit subquery joined back) with the row expression under
+        test inside it: the rewrites must not let one row make an accepted query fail."""
+        form = self.r.randrange(9)
+        e = self.of("bool")
+        if form == 0:
+            return (f"SELECT n, COUNT(*) FROM (SELECT uid, COUNT(*) AS n FROM f WHERE {e.sql} GROUP BY uid) AS p "
+                    "GROUP BY n"), e
+        if form == 1:
+            v, w = self.of("int"), self.of("float")
+            both = Expression(f"{v.sql}, {w.sql}", [*v.texts, *w.texts])
+            return (f"SELECT COUNT(*), SUM(v), AVG(w), MAX(w) FROM (SELECT uid, SUM({v.sql}) AS v, "
+                    f"MIN({w.sql}) AS w FROM f GROUP BY uid) AS p"), both
+        if form == 2:
+            return (f"SELECT COUNT(*), SUM(n) FROM (SELECT uid, COUNT(*) AS n FROM f GROUP BY uid "
+                    f"HAVING SUM(CASE WHEN {e.sql} THEN 1 ELSE 0 END) > 0 OR AVG(x) < 0) AS p"), e
+        if form == 3:  # the outer WHERE reads derived values named like the columns the grammar uses
+            return (f"SELECT COUNT(*) FROM (SELECT uid, MAX(i) AS i, AVG(x) AS x, COUNT(*) AS n FROM f "
+                    f"GROUP BY uid) AS p WHERE {e.sql}"), Expression(e.sql, [])
+        if form == 4:
+            return (f"WITH c AS (SELECT uid, g, {e.sql} AS v FROM f) SELECT g, COUNT(*) FROM (SELECT * FROM c "
+                    "WHERE v) AS s GROUP BY g"), e
+        if form == 5:
+            return f"SELECT g, COUNT(*) FROM f WHERE uid IN (SELECT uid FROM f WHERE {e.sql}) GROUP BY g", e
+        if form == 6:
+            return (f"SELECT COUNT(*), SUM(i) FROM f AS a WHERE EXISTS (SELECT 1 FROM f AS b WHERE b.uid = a.uid "
+                    f"AND {e.sql})"), e
+        if form == 7:
+            return f"SELECT g, COUNT(*) FILTER (WHERE {e.sql}), SUM(i) FILTER (WHERE {e.sql}) FROM f GROUP BY ALL", e
+        return (f"SELECT COUNT(*), SUM(p.n) FROM (SELECT uid, COUNT(*) AS n FROM f WHERE {e.sql} GROUP BY uid) AS p "
+                "JOIN f ON f.uid = p.uid"), e
+
+
 # Running ----------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -354,11 +388,12 @@ def _timed(session: PrivateSession, prepared: PreparedQuery, repeats: int = 3) -
     return statistics.median(times)
 
 
-def fuzz(worlds: Worlds, n: int, seed: int, timed: bool = False) -> Summary:
+def fuzz(worlds: Worlds, n: int, seed: int, timed: bool = False, nested: bool = False) -> Summary:
+    """`nested`: the query forms of Grammar.nested_query (subqueries, CTEs, per-unit aggregation, semi-joins)."""
     grammar = Grammar(random.Random(seed))
     summary = Summary()
     for _ in range(n):
-        sql, expression = grammar.query()
+        sql, expression = grammar.nested_query() if nested else grammar.query()
         run_case(worlds, sql, expression, summary, timed)
     return summary
 
@@ -400,6 +435,9 @@ def main() -> None:
                 minimal = sorted({(minimise(worlds, f), f.theme) for f in summary.findings})
                 print("minimised failing queries (checker problems: expected refusals):")
                 print("\n".join(f"  [{theme}] {text}" for text, theme in minimal))
+            nested = fuzz(worlds, args.cases // 2, args.seed + 2, nested=True)
+            print("differential fuzz of subqueries, CTEs, per-unit aggregation and semi-joins:")
+            print("\n".join(nested.lines()))
             timed = fuzz(worlds, args.timed_cases, args.seed + 1, timed=True)
             print("differential fuzz, timed (wall clock, reported only):")
             print("\n".join(timed.lines()))
