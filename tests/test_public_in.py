@@ -69,3 +69,60 @@ def test_other_subqueries_are_left_for_the_checker_to_refuse(visits_policy: Path
         assert session.spending("tester").queries == 0
     finally:
         session.close()
+
+
+class _Recording:
+    """The public database's watchdog, recording whether a statement ran while it was watching."""
+
+    def __init__(self, watchdog) -> None:
+        self.watchdog = watchdog
+        self.watching = False
+        self.unwatched: list[str] = []
+
+    def running(self):
+        import contextlib
+
+        @contextlib.contextmanager
+        def watched():
+            with self.watchdog.running():
+                self.watching = True
+                try:
+                    yield
+                finally:
+                    self.watching = False
+        return watched()
+
+    def __getattr__(self, name: str):
+        return getattr(self.watchdog, name)
+
+
+class _Connection:
+    def __init__(self, con, recording: _Recording) -> None:
+        self.con, self.recording = con, recording
+
+    def execute(self, sql: str, *args):
+        if not self.recording.watching and sql.lstrip().upper().startswith(("SELECT", "WITH")):
+            self.recording.unwatched.append(sql)
+        return self.con.execute(sql, *args)
+
+    def __getattr__(self, name: str):
+        return getattr(self.con, name)
+
+
+def test_the_values_of_an_in_subquery_are_read_under_the_time_limit(visits_policy: Path) -> None:
+    """Red team 6a: the analyst's IN subquery over public tables ran at check time without the query time limit
+    (with `time_limit_seconds = 1`, a join of a 60-row public table with itself 8 times took 36 s in prepare, and
+    more joins take hours, holding the public database's lock, before anything is charged or can be cancelled).
+    Its read now runs under the watchdog, like a query of public tables; counted here, not timed."""
+    session = _session(visits_policy)
+    try:
+        engine = session.engine
+        recording = _Recording(engine._public_watchdog)
+        engine._public_watchdog = recording
+        engine._public_con = _Connection(engine._public_con, recording)
+        session.prepare("SELECT COUNT(*) FROM visits WHERE department IN (SELECT d.department FROM departments d "
+                        "JOIN departments e ON d.floor = e.floor WHERE d.beds > 3)")
+        session.execute("SELECT COUNT(*) FROM departments")
+    finally:
+        session.close()
+    assert not recording.unwatched, recording.unwatched

@@ -90,7 +90,14 @@ class DuckDBEngine(Engine):
             self._public_con = public
             self._public_watchdog = Watchdog(public, policy.time_limit)
         self._facts = DuckDBPublicFacts(policy, lambda sql: self._con.execute(sql).fetchall(), self._lock,
-                                        lambda sql: self._public_con.execute(sql).fetchall(), self._public_lock)
+                                        self._public_values, self._public_lock)
+
+    def _public_values(self, sql: str) -> list[tuple[Any, ...]]:
+        """An IN list's values, read by analyst-written SQL at check time: under the time limit, as any query of
+        public tables (an interrupted read fails, and the IN is left for the checker to refuse). The caller holds
+        the public lock."""
+        with self._public_watchdog.running():
+            return self._public_con.execute(sql).fetchall()
 
     def _attach_store(self, policy: Policy, bounding_seed: int | None, config: dict[str, str]) -> None:
         """Use the prepared store (engines/store.py), built first if it is missing or was built for other data: its
