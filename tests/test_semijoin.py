@@ -115,3 +115,30 @@ def test_other_exists_are_refused_at_no_cost(visits_policy: Path, sql: str) -> N
         assert session.spending("tester").queries == 0
     finally:
         session.close()
+
+
+@pytest.mark.parametrize(("written", "joined"), [
+    # Red team 6a: a second unit IN was refused, its unqualified column taken for ambiguous beside the first's join
+    ("SELECT COUNT(*), AVG(cost) FROM visits WHERE patient_id IN (SELECT patient_id FROM patients WHERE "
+     "chronic_conditions > 3) AND age > 20 AND patient_id IN (SELECT patient_id FROM patients WHERE sex = 'F')",
+     "SELECT COUNT(*), AVG(cost) FROM visits JOIN (SELECT patient_id AS semijoin_1 FROM patients WHERE "
+     "chronic_conditions > 3 GROUP BY patient_id) AS semijoin_1 ON visits.patient_id = semijoin_1.semijoin_1 "
+     "JOIN (SELECT patient_id AS semijoin_2 FROM patients WHERE sex = 'F' GROUP BY patient_id) AS semijoin_2 "
+     "ON visits.patient_id = semijoin_2.semijoin_2 WHERE age > 20"),
+    # an EXISTS over the outer query's own table: its alias names the inner table, the outer name the outer one
+    ("SELECT COUNT(*) FROM visits WHERE EXISTS (SELECT 1 FROM visits AS w WHERE w.patient_id = visits.patient_id "
+     "AND w.cost > 3000)",
+     "SELECT COUNT(*) FROM visits JOIN (SELECT w.patient_id AS semijoin_1 FROM visits AS w WHERE w.cost > 3000 "
+     "GROUP BY w.patient_id) AS semijoin_1 ON visits.patient_id = semijoin_1.semijoin_1"),
+])
+def test_two_semi_joins_and_a_self_exists_are_the_joins_they_mean(visits_policy: Path, written: str,
+                                                                 joined: str) -> None:
+    answers = []
+    for sql in (written, joined):
+        session = _session(visits_policy)
+        try:
+            result = session.execute(sql)
+            answers.append((sorted(result.rows), result.cost, session.prepare(sql).bounded.sql))
+        finally:
+            session.close()
+    assert answers[0] == answers[1]

@@ -151,7 +151,7 @@ def _exists_in(exists: exp.Exists, policy: Policy) -> exp.In | None:
     table = policy.table(source.this.name) if isinstance(source.this.this, exp.Identifier) else None
     if table is None:
         return None
-    own = {source.this.alias_or_name.lower(), table.name.lower()}
+    own = {source.this.alias_or_name.lower()}  # an aliased table is named by its alias only (as in DuckDB)
 
     def is_inner(column: exp.Column) -> bool:
         return column.table.lower() in own if column.table else column.name in table.columns
@@ -187,18 +187,23 @@ def _unit_semijoins(tree: exp.Select, policy: Policy) -> None:
     if where is None:
         return
     conditions = list(where.this.flatten()) if isinstance(where.this, exp.And) else [where.this]
-    kept = []
+    kept, joins = [], []
     for condition in conditions:
-        join = _unit_semijoin(condition, tree, policy)
+        # The joins are added after all conditions are read: a second IN would otherwise see the first one's join
+        # and find its unqualified column ambiguous.
+        join = _unit_semijoin(condition, tree, policy, {j.alias_or_name for j in joins})
         if join is None:
             kept.append(condition)
         else:
-            tree.append("joins", join)
+            joins.append(join)
+    for join in joins:
+        tree.append("joins", join)
     if len(kept) < len(conditions):
         tree.set("where", exp.Where(this=exp.and_(*kept)) if kept else None)
 
 
-def _unit_semijoin(condition: exp.Expression, tree: exp.Select, policy: Policy) -> exp.Join | None:
+def _unit_semijoin(condition: exp.Expression, tree: exp.Select, policy: Policy,
+                   added: set[str] = frozenset()) -> exp.Join | None:
     query = condition.args.get("query") if isinstance(condition, exp.In) else None
     inner = query.this if isinstance(query, exp.Subquery) else query
     if not isinstance(condition.this, exp.Column) or not isinstance(inner, exp.Select):
@@ -218,7 +223,7 @@ def _unit_semijoin(condition: exp.Expression, tree: exp.Select, policy: Policy) 
         declared = policy.table(outer_table.name)
         if declared is None or condition.this.name != declared.privacy_unit:
             return None  # not the unit on the outer side either: left as written, and refused as a subquery
-    own = {source.this.alias_or_name.lower(), table.name.lower()}
+    own = {source.this.alias_or_name.lower()}  # an aliased table is named by its alias only (as in DuckDB)
     for column in inner.find_all(exp.Column):  # correlated: it reads the outer query, which a join cannot
         if column.table.lower() not in own if column.table else column.name not in table.columns:
             return None
@@ -227,7 +232,7 @@ def _unit_semijoin(condition: exp.Expression, tree: exp.Select, policy: Policy) 
         if tree.args.get("joins") or not isinstance(tree.args["from_"].this, exp.Table):
             return None  # the unqualified name could mean another table's column once joined
         outer.set("table", exp.to_identifier(tree.args["from_"].this.alias_or_name))
-    taken = {i.name.lower() for i in tree.find_all(exp.Identifier)}
+    taken = {i.name.lower() for i in tree.find_all(exp.Identifier)} | added
     alias = next(name for name in (f"semijoin_{n}" for n in range(1, 10_000)) if name not in taken)
     units = exp.select(exp.alias_(selected.copy(), alias)).from_(source.this.copy())
     if inner.args.get("where") is not None:
