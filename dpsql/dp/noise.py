@@ -62,14 +62,19 @@ class SecureRandom:
         if n <= 0:
             raise ValueError("randbelow needs n > 0")
         bits = n.bit_length()
-        size = (bits + 7) // 8
+        size = (bits + 7) >> 3
+        shift = 8 * size - bits
         with self._lock:
+            block, used = self._block, self._used
             while True:
-                if self._used + size > len(self._block):
-                    self._block, self._used = os.urandom(max(self._BLOCK, size)), 0
-                value = int.from_bytes(self._block[self._used:self._used + size], "big") >> (8 * size - bits)
-                self._used += size
+                end = used + size
+                if end > len(block):
+                    block, used = os.urandom(max(self._BLOCK, size)), 0
+                    self._block, end = block, size
+                value = int.from_bytes(block[used:end], "big") >> shift
+                used = end
                 if value < n:
+                    self._used = used
                     return value
 
 
