@@ -90,26 +90,31 @@ def _median(command: list[str], runs: int) -> dict:
             "rss_mib": statistics.median(r["rss_mib"] for r in results)}
 
 
-def run_size(rows: int, runs: int, scratch: Path, memory_limit: str | None) -> list[dict]:
+def run_size(rows: int, runs: int, scratch: Path, memory_limit: str | None, store_only: bool = False) -> list[dict]:
     data = scratch / f"scale_{rows}.parquet"
     if not data.exists():
         generate(data, rows)
     dpsql = [sys.executable, "-m", "dpsql"]
     load_policy, store_policy = (write_policy(scratch, data, s, memory_limit) for s in (False, True))
-    for policy in (load_policy, store_policy):
+    for policy in (load_policy, store_policy) if not store_only else (store_policy,):
         subprocess.run([*dpsql, "budget", "--init", "--no-history", "--policy", str(policy)], check=True,
                        capture_output=True)
     store_file = scratch / "scale_store.store.duckdb"
     store_file.unlink(missing_ok=True)
     prepare = measure([*dpsql, "prepare", "--policy", str(store_policy)])
+    native = _median([sys.executable, "-c", _DUCKDB_QUERY, QUERY.replace(" t ", f" read_parquet('{data}') ")], runs)
+    stored = _median([*dpsql, "query", QUERY, "--policy", str(store_policy)], runs)
+    if store_only:  # the sizes beyond memory: loading without a limit, or sorting in memory, would not fit
+        return [{"rows": rows, "what": "DuckDB's own query on the Parquet file", **native},
+                {"rows": rows, "what": "dpsql query, prepared store", **stored},
+                {"rows": rows, "what": "dpsql prepare (once)", "seconds": prepare["seconds"],
+                 "rss_mib": prepare["rss_mib"]}]
     sort_db = scratch / "sorted.duckdb"
     sort_db.unlink(missing_ok=True)
     sort = measure([sys.executable, "-c", "import duckdb, sys; c = duckdb.connect(sys.argv[2]); c.execute(sys.argv[1])",
                     f"CREATE TABLE s AS SELECT *, hash(pid, state, income) AS h FROM read_parquet('{data}') "
                     f"ORDER BY pid, h", str(sort_db)])
     sort_db.unlink(missing_ok=True)
-    native = _median([sys.executable, "-c", _DUCKDB_QUERY, QUERY.replace(" t ", f" read_parquet('{data}') ")], runs)
-    stored = _median([*dpsql, "query", QUERY, "--policy", str(store_policy)], runs)
     loaded = _median([*dpsql, "query", QUERY, "--policy", str(load_policy)], runs)
     return [
         {"rows": rows, "what": "DuckDB's own query on the Parquet file", **native},
@@ -139,13 +144,16 @@ def main() -> None:
     parser.add_argument("--rows", type=int, nargs="+", default=[10_000_000, 100_000_000])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--memory-limit", default=None)
+    parser.add_argument("--store-only", action="store_true",
+                        help="only prepare and the prepared query (for sizes beyond memory; use with --memory-limit)")
     parser.add_argument("--scratch", type=Path, default=None, help="Folder for the data (default: a temporary one).")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="dpsql-scale-") as temporary:
         scratch = args.scratch or Path(temporary)
         scratch.mkdir(parents=True, exist_ok=True)
-        results = [r for rows in args.rows for r in run_size(rows, args.runs, scratch, args.memory_limit)]
+        results = [r for rows in args.rows
+                   for r in run_size(rows, args.runs, scratch, args.memory_limit, args.store_only)]
     text = table(results, args.memory_limit)
     print(text)
     if args.out:
