@@ -25,16 +25,18 @@ def _session(policy: Path) -> PrivateSession:
     return PrivateSession(policy, "tester", rng=seeded(5), bounding_seed=9)
 
 
+def _answer(policy: Path, sql: str) -> tuple:
+    """The rows, the cost and the bounded SQL of `sql`, on a fresh session with the same seeds."""
+    session = _session(policy)
+    try:
+        result = session.execute(sql)
+        return sorted(result.rows), result.cost, session.prepare(sql).bounded.sql
+    finally:
+        session.close()
+
+
 def test_the_answer_is_that_of_the_join(visits_policy: Path) -> None:
-    answers = []
-    for sql in (WRITTEN, JOINED):
-        session = _session(visits_policy)
-        try:
-            result = session.execute(sql)
-            answers.append((sorted(result.rows), result.cost, session.prepare(sql).bounded.sql))
-        finally:
-            session.close()
-    assert answers[0] == answers[1]
+    assert _answer(visits_policy, WRITTEN) == _answer(visits_policy, JOINED)
 
 
 def test_with_one_row_per_patient_it_is_the_semi_join(visits_policy: Path) -> None:
@@ -133,12 +135,4 @@ def test_other_exists_are_refused_at_no_cost(visits_policy: Path, sql: str) -> N
 ])
 def test_two_semi_joins_and_a_self_exists_are_the_joins_they_mean(visits_policy: Path, written: str,
                                                                  joined: str) -> None:
-    answers = []
-    for sql in (written, joined):
-        session = _session(visits_policy)
-        try:
-            result = session.execute(sql)
-            answers.append((sorted(result.rows), result.cost, session.prepare(sql).bounded.sql))
-        finally:
-            session.close()
-    assert answers[0] == answers[1]
+    assert _answer(visits_policy, written) == _answer(visits_policy, joined)
