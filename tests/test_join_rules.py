@@ -16,6 +16,8 @@ from tests.conftest import SAMPLE, VISITS_FILES
 REFUSED = [
     ("SELECT COUNT(*) FROM visits v RIGHT JOIN regions r ON v.region = r.region", "only INNER and LEFT"),
     ("SELECT COUNT(*) FROM visits v FULL JOIN regions r ON v.region = r.region", "only INNER and LEFT"),
+    # DuckDB rejects a bare OUTER JOIN; dpsql ran it as INNER (red team)
+    ("SELECT COUNT(*) FROM visits v OUTER JOIN regions r ON v.region = r.region", "OUTER JOIN needs LEFT"),
     ("SELECT COUNT(*) FROM visits v CROSS JOIN regions r", "cross join"),
     ("SELECT COUNT(*) FROM visits v, regions r", "cross join"),
     ("SELECT COUNT(*) FROM visits v JOIN departments d ON v.age > d.floor", "non-equality"),

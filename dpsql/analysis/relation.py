@@ -228,6 +228,9 @@ def _check_join_kind(join: exp.Join, table: TablePolicy) -> None:
     if cross:
         raise QueryRejected(f"{text}: a cross join (no ON condition) is not supported: every private row would "
                             "meet every row of the other table. Join on equal columns: JOIN t ON a.x = t.x")
+    if kind == "OUTER" and not side:  # not SQL: it would have run as an INNER join
+        raise QueryRejected(f"{text}: OUTER JOIN needs LEFT (LEFT OUTER JOIN); only INNER and LEFT joins are "
+                            "supported")
     if kind not in ("", "INNER", "OUTER") or side not in ("", "LEFT"):
         raise QueryRejected(f"{text}: only INNER and LEFT joins are supported, with the private table on the kept "
                             f"side; {' '.join(w for w in (side, kind) if w)} JOIN is not")
