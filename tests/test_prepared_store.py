@@ -128,7 +128,7 @@ def test_a_build_that_fails_leaves_no_half_store_in_use(tmp_path, monkeypatch) -
         _engine(policy)
     monkeypatch.setattr(TableLoader, "load", original)
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".p.store")] == []  # no building folder left
-    stale = store.identity(load_policy(policy), _version(policy), 7)
+    stale = store.identity(_version(policy), 7)
     assert not store.ready(tmp_path / "p.store.duckdb", stale)  # the old store is kept but never used for new data
     rebuilt = _engine(policy)
     assert rebuilt.store_built

@@ -109,14 +109,9 @@ def _bernoulli_exp_le1(num: int, den: int, rng: RandomSource) -> bool:
 
 def bernoulli_exp(gamma: Fraction, rng: RandomSource) -> bool:
     """True with probability exp(-gamma), for any rational gamma >= 0 (CKS algorithm 1)."""
-    return bernoulli_exp_ratio(gamma.numerator, gamma.denominator, rng)
-
-
-def bernoulli_exp_ratio(num: int, den: int, rng: RandomSource) -> bool:
-    """True with probability exp(-num/den), for integers num >= 0 and den > 0, not necessarily in lowest terms (a
-    caller with many gammas over one denominator skips a Fraction, and its gcd, per coin)."""
-    if num < 0 or den <= 0:
-        raise ValueError("exp(-num/den) needs num >= 0 and den > 0")
+    num, den = gamma.numerator, gamma.denominator
+    if num < 0:
+        raise ValueError("exp(-gamma) needs gamma >= 0")
     while num > den:
         if not _bernoulli_exp_le1(1, 1, rng):
             return False

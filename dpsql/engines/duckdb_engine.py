@@ -105,7 +105,6 @@ class DuckDBEngine(Engine):
         assert policy.store is not None
         build_config = {k: v for k, v in config.items() if k != "disabled_optimizers"}
         wanted, self.store_built = store.ensure(policy, self.data_version, bounding_seed, build_config)
-        store.check_private(policy.store)
         path = exp.Literal.string(str(policy.store)).sql(DIALECT)
         self._con.execute(f"ATTACH {path} AS {names.STORE} (READ_ONLY)")
         self._con.execute(f"USE {names.STORE}")
@@ -207,7 +206,9 @@ class DuckDBEngine(Engine):
 
 def data_version(policy: Policy) -> str:
     """A fingerprint of what a load reads, taken before it (a file changed during the load gives a new version
-    next time, never an old one for new data)."""
+    next time, never an old one for new data): the policy's text, and each source file's path, size, modification
+    time and first and last 64 KiB (a copy that keeps the size and the times still changes it, and a large file is
+    not read whole)."""
     digest = hashlib.sha256()
     try:
         digest.update(policy.path.read_bytes())
@@ -219,7 +220,22 @@ def data_version(policy: Policy) -> str:
             with contextlib.suppress(OSError):
                 stat = os.stat(name)
                 digest.update(repr((name, stat.st_size, stat.st_mtime_ns)).encode())
+            digest.update(_content_sample(name))
     return digest.hexdigest()
+
+
+_SAMPLE = 1 << 16  # bytes read from the start and from the end of each source file for its fingerprint
+
+
+def _content_sample(name: str) -> bytes:
+    try:
+        with open(name, "rb") as file:
+            head = file.read(_SAMPLE)
+            size = file.seek(0, os.SEEK_END)
+            file.seek(max(size - _SAMPLE, len(head)))
+            return hashlib.sha256(head + file.read()).digest()
+    except OSError:
+        return b"unreadable"
 
 
 def _public_answer(cursor: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[str], list[str], list[tuple]]:

@@ -98,7 +98,6 @@ class TableLoader:
         return "the source could not be read"
 
 
-
 def _named(name: str, value: exp.Expression) -> exp.Expression:
     """A named argument of a DuckDB table function: `header = true`."""
     return exp.EQ(this=exp.var(name), expression=value)

@@ -4,9 +4,10 @@ columns) built once into a DuckDB file, so that a query attaches it read-only in
 The store is as secret as the data: it holds the rows, and its ranks were drawn with a salt that must stay
 unpredictable. It lives where the steward names it (`[engine] store` in the policy; default beside the ledger), is
 written mode 0600 inside a folder of mode 0700, and a store that others can read is refused, as is one built for
-other data: the identity kept inside it (`Identity`) must match the policy's text, each source file's path, size,
-modification time and a sample of its content, the DuckDB version and the store format, and how its salt was
-chosen (secret and random, or a test's fixed seed: a store built with a known seed is never used without it).
+other data: the identity kept inside it (`Identity`) must match the engine's data version (the policy's text, each
+source file's path, size, modification time and a sample of its content), the DuckDB version and the store format,
+and how its salt was chosen (secret and random, or a test's fixed seed: a store built with a known seed is never
+used without it).
 
 A build writes into a private temporary folder beside the store and renames the finished file into place, so a
 crash leaves the old store (which no longer matches, so it is rebuilt) or none, never half of one in use.
@@ -34,7 +35,6 @@ from dpsql.sql.names import TWIN_SCHEMA
 
 STORE_FORMAT = 1
 _IDENTITY_TABLE = "__dp_store_identity"
-_SAMPLE = 1 << 16  # bytes read from the start and from the end of each source file for its fingerprint
 
 
 @dataclass(frozen=True)
@@ -45,21 +45,18 @@ class Identity:
     salt: str  # "secret" for a random salt; for a test's fixed seed, a digest of it
 
 
-def identity(policy: Policy, data_version: str, bounding_seed: int | None) -> Identity:
-    digest = hashlib.sha256(f"{data_version}|{duckdb.__version__}|{STORE_FORMAT}".encode())
-    for table in sorted(policy.tables.values(), key=lambda t: t.name):
-        for name in sorted(_source_files(table.source.pattern)):
-            digest.update(name.encode())
-            digest.update(_content_sample(name))
+def identity(data_version: str, bounding_seed: int | None) -> Identity:
+    """`data_version` is the engine's fingerprint of the policy and its sources (duckdb_engine.data_version)."""
+    fingerprint = hashlib.sha256(f"{data_version}|{duckdb.__version__}|{STORE_FORMAT}".encode()).hexdigest()
     salt = "secret" if bounding_seed is None else hashlib.sha256(f"seed {bounding_seed}".encode()).hexdigest()
-    return Identity(digest.hexdigest(), salt)
+    return Identity(fingerprint, salt)
 
 
 def ensure(policy: Policy, data_version: str, bounding_seed: int | None, config: dict[str, str]) -> tuple[
         Identity, bool]:
     """The identity the policy's store must have, and whether it had to be built (it was missing or stale)."""
     assert policy.store is not None
-    wanted = identity(policy, data_version, bounding_seed)
+    wanted = identity(data_version, bounding_seed)
     if ready(policy.store, wanted):
         return wanted, False
     build(policy.store, policy, wanted, new_salt(bounding_seed), config)
@@ -123,21 +120,3 @@ def check_private(path: Path) -> None:
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise PolicyError(f"the prepared store {path} can be read or written by others (mode {stat.filemode(mode)});"
                           f" it holds the data: `chmod 600` it, or delete it and it is rebuilt private")
-
-
-def _source_files(pattern: str) -> list[str]:
-    import glob
-    return glob.glob(pattern, recursive=True)
-
-
-def _content_sample(name: str) -> bytes:
-    """The first and last 64 KiB of a file (all of a small one): a change that keeps the size and the modification
-    time (a copy with preserved times) still changes the fingerprint, without reading a large file whole."""
-    try:
-        with open(name, "rb") as file:
-            head = file.read(_SAMPLE)
-            size = file.seek(0, os.SEEK_END)
-            file.seek(max(size - _SAMPLE, len(head)))
-            return hashlib.sha256(head + file.read()).digest()
-    except OSError:
-        return b"unreadable"

@@ -21,6 +21,7 @@ from typing import Any
 from sqlglot import exp
 
 from dpsql.dp.quantile import Grid
+from dpsql.sql import names
 
 BUCKET = "__dp_bucket"
 ROWS = "__dp_rows"
@@ -41,7 +42,7 @@ def bucket_of(argument: exp.Expression, grid: Grid) -> exp.Expression:
 
 def bucket_counts(bounded: exp.Select, keys: Sequence[str], argument: exp.Expression, grid: Grid) -> exp.Select:
     """SELECT keys, bucket, COUNT(*) over the bounded rows, grouped by both (one row per occupied bucket)."""
-    source = exp.Subquery(this=bounded.copy(), alias=exp.TableAlias(this=exp.to_identifier("__dp_bounded")))
+    source = exp.Subquery(this=bounded.copy(), alias=exp.TableAlias(this=exp.to_identifier(names.BOUNDED)))
     columns = [exp.column(key) for key in keys]
     return (exp.select(*columns, exp.alias_(bucket_of(argument, grid), BUCKET),
                        exp.alias_(exp.Count(this=exp.Star()), ROWS))

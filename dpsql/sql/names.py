@@ -38,7 +38,6 @@ TWIN_SCHEMA = "__dp_twin"  # empty copies of the prepared tables, for the dry ru
 STORE = "__dp_store"  # the prepared store, attached read-only as the default database (engines/store.py)
 
 # The bounded query's own subqueries and one-row placeholder (rewrite/).
-FILTERED = "__dp_filtered"
 BOUNDED = "__dp_bounded"
 VALUES = "__dp_values"
 INTEGERS = "__dp_integers"
