@@ -10,7 +10,7 @@ policy declares them with max_rows_per_unit = 5. Every measurement is a fresh pr
 - `dpsql prepare` (once per size), against DuckDB sorting the same data into a table of a database file (what the
   ranking at the heart of preparing costs).
 Time is the process's wall clock, memory its peak resident set size (the parent reads ru_maxrss of its only
-child). The store rows use the policy's `memory_limit` when --memory-limit is given. Sized for the 2-core, 24 GB
+child). DuckDB's query and dpsql's prepared query take turns, so that load on the machine hits both alike. The store rows use the policy's `memory_limit` when --memory-limit is given. Sized for the 2-core, 24 GB
 machine: 10M rows take about a minute, 100M about 10 minutes and 12 GB of disk in a scratch folder.
 """
 
@@ -85,7 +85,16 @@ def measure(command: list[str]) -> dict:
 
 
 def _median(command: list[str], runs: int) -> dict:
-    results = [measure(command) for _ in range(runs)]
+    return _summary([measure(command) for _ in range(runs)])
+
+
+def _paired(native: list[str], command: list[str], runs: int) -> tuple[dict, dict]:
+    """Both commands in turn, `runs` times: whatever else the machine does hits both alike."""
+    pairs = [(measure(native), measure(command)) for _ in range(runs)]
+    return _summary([a for a, _ in pairs]), _summary([b for _, b in pairs])
+
+
+def _summary(results: list[dict]) -> dict:
     return {"seconds": statistics.median(r["seconds"] for r in results),
             "rss_mib": statistics.median(r["rss_mib"] for r in results)}
 
@@ -102,8 +111,8 @@ def run_size(rows: int, runs: int, scratch: Path, memory_limit: str | None, stor
     store_file = scratch / "scale_store.store.duckdb"
     store_file.unlink(missing_ok=True)
     prepare = measure([*dpsql, "prepare", "--policy", str(store_policy)])
-    native = _median([sys.executable, "-c", _DUCKDB_QUERY, QUERY.replace(" t ", f" read_parquet('{data}') ")], runs)
-    stored = _median([*dpsql, "query", QUERY, "--policy", str(store_policy)], runs)
+    native, stored = _paired([sys.executable, "-c", _DUCKDB_QUERY, QUERY.replace(" t ", f" read_parquet('{data}') ")],
+                             [*dpsql, "query", QUERY, "--policy", str(store_policy)], runs)
     if store_only:  # the sizes beyond memory: loading without a limit, or sorting in memory, would not fit
         return [{"rows": rows, "what": "DuckDB's own query on the Parquet file", **native},
                 {"rows": rows, "what": "dpsql query, prepared store", **stored},

@@ -166,6 +166,8 @@ class Policy:
     answers: Path | None = None
     store: Path | None = None  # the prepared store ([engine] store; None: each engine loads the sources itself)
     memory_limit: str | None = None  # DuckDB's memory limit ([engine] memory_limit; spills beyond it)
+    # The limit while the prepared store is built ([engine] prepare_memory_limit; default: memory_limit).
+    prepare_memory_limit: str | None = None
 
     def table(self, name: str) -> TablePolicy | None:
         return self.tables.get(name.lower())
@@ -195,25 +197,35 @@ def load_policy(path: str | Path) -> Policy:
         tables[table.name] = table
     budget = reader.budget(reader.require(raw, "", "budget", dict))
     engine = reader.typed(raw.get("engine", {}), "", "engine", dict)
-    reader.keys(engine, "[engine]", {"time_limit_seconds", "store", "memory_limit"})
+    reader.keys(engine, "[engine]", {"time_limit_seconds", "store", "memory_limit", "prepare_memory_limit"})
     time_limit = reader.number(engine, "[engine]", "time_limit_seconds", default=DEFAULT_TIME_LIMIT,
                                hi=_MAX_TIME_LIMIT)
     store = _store_file(reader, engine, path, budget)
-    memory_limit = reader.typed(engine.get("memory_limit"), "[engine]", "memory_limit", str) \
-        if "memory_limit" in engine else None
-    if memory_limit is not None and not _MEMORY.fullmatch(memory_limit.strip()):
-        reader.fail("[engine]", "memory_limit", f"{memory_limit!r} is not a size such as '4GB' or '512MiB'")
+    memory_limit = _memory_size(reader, engine, "memory_limit")
+    prepare_memory_limit = _memory_size(reader, engine, "prepare_memory_limit")
+    if prepare_memory_limit is not None and store is None:
+        reader.fail("[engine]", "prepare_memory_limit", "applies to building the prepared store: set store too")
     server = reader.typed(raw.get("server", {}), "", "server", dict)
     reader.keys(server, "[server]", {"users", "answers"})
     users_path = _server_file(reader, server, "users", f"{path.stem}.users.json", path, budget)
     answers_path = None
     if server.get("answers", True) is not False:  # `answers = false`: the server keeps no answers
         answers_path = _server_file(reader, server, "answers", f"{path.stem}.answers.sqlite", path, budget)
-    return Policy(path, tables, budget, time_limit, users_path, answers_path, store,
-                  memory_limit.strip() if memory_limit else None)
+    return Policy(path, tables, budget, time_limit, users_path, answers_path, store, memory_limit,
+                  prepare_memory_limit or memory_limit)
 
 
 _MEMORY = re.compile(r"\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)
+
+
+def _memory_size(reader: _Reader, engine: dict, key: str) -> str | None:
+    """A DuckDB memory size such as '4GB' from [engine], stripped; None when the key is absent."""
+    if key not in engine:
+        return None
+    size = reader.typed(engine[key], "[engine]", key, str).strip()
+    if not _MEMORY.fullmatch(size):
+        reader.fail("[engine]", key, f"{size!r} is not a size such as '4GB' or '512MiB'")
+    return size
 
 
 def _store_file(reader: _Reader, engine: dict, path: Path, budget: BudgetPolicy) -> Path | None:

@@ -161,9 +161,28 @@ def test_a_memory_limit_spills_to_a_private_folder(tmp_path) -> None:
         engine.close()
 
 
+def test_the_build_has_a_memory_limit_of_its_own(tmp_path, monkeypatch) -> None:
+    """A build sorts the whole table; a query reads a few columns: the steward may give them different limits."""
+    seen: list[dict[str, str]] = []
+    real_build = store.build
+    monkeypatch.setattr(store, "build", lambda path, policy, wanted, salt, config: (
+        seen.append(dict(config)), real_build(path, policy, wanted, salt, config)))
+    engine = _engine(_policy(tmp_path, engine='store = true\nmemory_limit = "48MB"\nprepare_memory_limit = "1GB"'))
+    try:
+        limit = engine._con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+        assert limit.replace(" ", "") in ("45.7MiB", "48.0MiB", "48MB", "45MiB")
+    finally:
+        engine.close()
+    assert [config["memory_limit"] for config in seen] == ["1GB"]
+    assert stat.S_IMODE((tmp_path / "p.spill").stat().st_mode) == 0o700
+
+
 @pytest.mark.parametrize(("setting", "problem"), [('store = ""', "must be true, false or a file name"),
                                                   ("store = 3", "store"),
-                                                  ('memory_limit = "lots"', "is not a size")])
+                                                  ('memory_limit = "lots"', "is not a size"),
+                                                  ('store = true\nprepare_memory_limit = "9 parsecs"',
+                                                   "prepare_memory_limit.*is not a size"),
+                                                  ('prepare_memory_limit = "1GB"', "set store too")])
 def test_a_broken_engine_section_is_named(tmp_path, setting, problem) -> None:
     with pytest.raises(PolicyError, match=problem):
         load_policy(_policy(tmp_path, engine=setting))

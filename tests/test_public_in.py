@@ -117,9 +117,9 @@ def test_the_values_of_an_in_subquery_are_read_under_the_time_limit(visits_polic
     session = _session(visits_policy)
     try:
         engine = session.engine
-        recording = _Recording(engine._public_watchdog)
-        engine._public_watchdog = recording
-        engine._public_con = _Connection(engine._public_con, recording)
+        public, watchdog = engine._public
+        recording = _Recording(watchdog)
+        engine._public = (_Connection(public, recording), recording)
         session.prepare("SELECT COUNT(*) FROM visits WHERE department IN (SELECT d.department FROM departments d "
                         "JOIN departments e ON d.floor = e.floor WHERE d.beds > 3)")
         session.execute("SELECT COUNT(*) FROM departments")

@@ -72,6 +72,17 @@ def test_a_public_table_declares_no_unit_or_bound(tmp_path: Path, key: str) -> N
 
 def test_public_queries_run_in_a_database_without_private_tables(session) -> None:
     """Defence in depth: whatever got past the public query's checks finds no private row where it runs."""
-    tables = {row[0] for row in session.engine._public_con.execute("SHOW TABLES").fetchall()}
+    tables = {row[0] for row in session.engine._public[0].execute("SHOW TABLES").fetchall()}
     assert tables == {"__dp_departments", "__dp_regions"}
     assert session.execute("SELECT COUNT(*) FROM departments").rows == [(8,)]
+
+
+def test_without_public_tables_no_public_database_is_opened_until_needed(pums_session) -> None:
+    """A DuckDB instance costs about 25 MB and 20 ms of every CLI process: a policy without public tables opens
+    its public database only if a query of public tables ever comes (none can name a table, so none today)."""
+    engine = pums_session.engine
+    assert engine._public is None
+    assert engine.run_public("SELECT 42 AS answer") == (["answer"], ["INTEGER"], [(42,)])
+    public, _ = engine._public
+    assert public.execute("SHOW TABLES").fetchall() == []
+    assert public.execute("SELECT current_setting('enable_external_access')").fetchone() == (False,)

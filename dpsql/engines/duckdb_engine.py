@@ -64,6 +64,7 @@ class DuckDBEngine(Engine):
         self.store_built = False  # whether this engine had to build the policy's prepared store
         if policy.memory_limit is not None:  # beyond it DuckDB spills to a folder only the steward can read
             config["memory_limit"] = policy.memory_limit
+        if policy.memory_limit is not None or policy.prepare_memory_limit is not None:
             config["temp_directory"] = str(_spill_folder(policy))
         with sandbox.opened(config) as con:  # locked when the tables are loaded
             self._con = con
@@ -82,28 +83,42 @@ class DuckDBEngine(Engine):
             self._watchdog = Watchdog(con, policy.time_limit)
         # Queries of public tables only (and IN lists read from them) run on a database of their own that holds
         # nothing else: whatever got past the public query's checks, there is no private row there to reach.
+        # Without public tables it is opened, empty, on first use (a query naming no table): a DuckDB instance
+        # costs about 25 MB and 20 ms, which a process asking private questions only never needs.
         self._public_lock = threading.Lock()
-        with sandbox.opened(config) as public:
-            for table in policy.tables.values():
-                if table.public:
+        self._public_config = config
+        self._public: tuple[duckdb.DuckDBPyConnection, Watchdog] | None = None
+        public_tables = [table for table in policy.tables.values() if table.public]
+        if public_tables:
+            with sandbox.opened(config) as public:
+                for table in public_tables:
                     self._copy_public(table, public)
-            self._public_con = public
-            self._public_watchdog = Watchdog(public, policy.time_limit)
+            self._public = (public, Watchdog(public, policy.time_limit))
         self._facts = DuckDBPublicFacts(policy, lambda sql: self._con.execute(sql).fetchall(), self._lock,
                                         self._public_values, self._public_lock)
+
+    def _public_database(self) -> tuple[duckdb.DuckDBPyConnection, Watchdog]:
+        """The public database and its time limit (the caller holds the public lock)."""
+        if self._public is None:
+            public = sandbox.connect(self._public_config)
+            self._public = (public, Watchdog(public, self.time_limit))
+        return self._public
 
     def _public_values(self, sql: str) -> list[tuple[Any, ...]]:
         """An IN list's values, read by analyst-written SQL at check time: under the time limit, as any query of
         public tables (an interrupted read fails, and the IN is left for the checker to refuse). The caller holds
         the public lock."""
-        with self._public_watchdog.running():
-            return self._public_con.execute(sql).fetchall()
+        public, watchdog = self._public_database()
+        with watchdog.running():
+            return public.execute(sql).fetchall()
 
     def _attach_store(self, policy: Policy, bounding_seed: int | None, config: dict[str, str]) -> None:
         """Use the prepared store (engines/store.py), built first if it is missing or was built for other data: its
         database, attached read-only, becomes the default one, where the rewrite's table names are found."""
         assert policy.store is not None
         build_config = {k: v for k, v in config.items() if k != "disabled_optimizers"}
+        if policy.prepare_memory_limit is not None:  # a build sorts the whole table: it may get more than a query
+            build_config["memory_limit"] = policy.prepare_memory_limit
         wanted, self.store_built = store.ensure(policy, self.data_version, bounding_seed, build_config)
         path = exp.Literal.string(str(policy.store)).sql(DIALECT)
         self._con.execute(f"ATTACH {path} AS {names.STORE} (READ_ONLY)")
@@ -168,12 +183,13 @@ class DuckDBEngine(Engine):
         """Run a query of public tables as written, in the public database. Its errors are about public data only,
         so they are shown."""
         with self._public_lock:
-            self._public_con.execute("BEGIN TRANSACTION")
+            public, watchdog = self._public_database()
+            public.execute("BEGIN TRANSACTION")
             try:
-                with self._public_watchdog.running():
-                    return _public_answer(self._public_con, sql)
+                with watchdog.running():
+                    return _public_answer(public, sql)
             finally:
-                self._public_con.execute("ROLLBACK")
+                public.execute("ROLLBACK")
 
     def describe_public(self, sql: str) -> tuple[list[str], list[str]]:
         """The column names and types of a query of public tables (a wire Describe): public data, so it simply
@@ -200,8 +216,10 @@ class DuckDBEngine(Engine):
             self._watchdog.close()
             self._con.close()
         with self._public_lock:
-            self._public_watchdog.close()
-            self._public_con.close()
+            if self._public is not None:
+                public, watchdog = self._public
+                watchdog.close()
+                public.close()
 
 
 def data_version(policy: Policy) -> str:
