@@ -10,8 +10,10 @@ policy declares them with max_rows_per_unit = 5. Every measurement is a fresh pr
 - `dpsql prepare` (once per size), against DuckDB sorting the same data into a table of a database file (what the
   ranking at the heart of preparing costs).
 Time is the process's wall clock, memory its peak resident set size (the parent reads ru_maxrss of its only
-child). DuckDB's query and dpsql's prepared query take turns, so that load on the machine hits both alike. The store rows use the policy's `memory_limit` when --memory-limit is given. Sized for the 2-core, 24 GB
-machine: 10M rows take about a minute, 100M about 10 minutes and 12 GB of disk in a scratch folder.
+child). DuckDB's query and dpsql's prepared query take turns, so that load on the machine hits both alike. The
+store rows use the policy's `memory_limit` when --memory-limit is given (and `prepare_memory_limit` for the build
+with --prepare-memory-limit). Sized for the 2-core, 24 GB machine: 10M rows take about a minute, 100M about 10
+minutes and 12 GB of disk in a scratch folder.
 """
 
 from __future__ import annotations
@@ -49,10 +51,13 @@ def generate(path: Path, rows: int) -> None:
             WHERE j < n LIMIT {rows}) TO '{path}' (FORMAT PARQUET)""")
 
 
-def write_policy(folder: Path, data: Path, store: bool, memory_limit: str | None) -> Path:
+def write_policy(folder: Path, data: Path, store: bool, memory_limit: str | None,
+                 prepare_memory_limit: str | None = None) -> Path:
     engine = [f"store = {'true' if store else 'false'}"]
     if memory_limit and store:
         engine.append(f'memory_limit = "{memory_limit}"')
+    if prepare_memory_limit and store:
+        engine.append(f'prepare_memory_limit = "{prepare_memory_limit}"')
     path = folder / f"scale_{'store' if store else 'load'}.toml"
     path.write_text(f"""[budget]
 epsilon = 1000000.0
@@ -99,12 +104,14 @@ def _summary(results: list[dict]) -> dict:
             "rss_mib": statistics.median(r["rss_mib"] for r in results)}
 
 
-def run_size(rows: int, runs: int, scratch: Path, memory_limit: str | None, store_only: bool = False) -> list[dict]:
+def run_size(rows: int, runs: int, scratch: Path, memory_limit: str | None, store_only: bool = False,
+             prepare_memory_limit: str | None = None) -> list[dict]:
     data = scratch / f"scale_{rows}.parquet"
     if not data.exists():
         generate(data, rows)
     dpsql = [sys.executable, "-m", "dpsql"]
-    load_policy, store_policy = (write_policy(scratch, data, s, memory_limit) for s in (False, True))
+    load_policy, store_policy = (write_policy(scratch, data, s, memory_limit, prepare_memory_limit)
+                                 for s in (False, True))
     for policy in (load_policy, store_policy) if not store_only else (store_policy,):
         subprocess.run([*dpsql, "budget", "--init", "--no-history", "--policy", str(policy)], check=True,
                        capture_output=True)
@@ -135,7 +142,7 @@ def run_size(rows: int, runs: int, scratch: Path, memory_limit: str | None, stor
     ]
 
 
-def table(results: list[dict], memory_limit: str | None) -> str:
+def table(results: list[dict], memory_limit: str | None, prepare_memory_limit: str | None = None) -> str:
     lines = ["| rows | what | seconds | x DuckDB's query | peak RSS MiB | x DuckDB's memory |",
              "|---|---|---|---|---|---|"]
     for rows in sorted({r["rows"] for r in results}):
@@ -145,6 +152,8 @@ def table(results: list[dict], memory_limit: str | None) -> str:
             lines.append(f"| {rows:,} | {r['what']} | {r['seconds']:.2f} | {r['seconds'] / native['seconds']:.2f} | "
                          f"{r['rss_mib']:.0f} | {r['rss_mib'] / native['rss_mib']:.2f} |")
     limit = f"; the prepared store's policy sets memory_limit = {memory_limit!r}" if memory_limit else ""
+    if prepare_memory_limit:
+        limit += f" and prepare_memory_limit = {prepare_memory_limit!r}"
     return "\n".join(lines) + f"\n\nQuery: `{QUERY}`{limit}.\n"
 
 
@@ -153,6 +162,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, nargs="+", default=[10_000_000, 100_000_000])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--memory-limit", default=None)
+    parser.add_argument("--prepare-memory-limit", default=None, help="the store build's own limit")
     parser.add_argument("--store-only", action="store_true",
                         help="only prepare and the prepared query (for sizes beyond memory; use with --memory-limit)")
     parser.add_argument("--scratch", type=Path, default=None, help="Folder for the data (default: a temporary one).")
@@ -162,8 +172,9 @@ def main() -> None:
         scratch = args.scratch or Path(temporary)
         scratch.mkdir(parents=True, exist_ok=True)
         results = [r for rows in args.rows
-                   for r in run_size(rows, args.runs, scratch, args.memory_limit, args.store_only)]
-    text = table(results, args.memory_limit)
+                   for r in run_size(rows, args.runs, scratch, args.memory_limit, args.store_only,
+                                     args.prepare_memory_limit)]
+    text = table(results, args.memory_limit, args.prepare_memory_limit)
     print(text)
     if args.out:
         args.out.write_text(f"# Scale: one CLI query against DuckDB's own\n\n`python -m benchmarks.scale "
