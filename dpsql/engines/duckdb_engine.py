@@ -62,10 +62,12 @@ class DuckDBEngine(Engine):
         self._policy_name = policy.path.name
         self.data_version = data_version(policy)
         self.store_built = False  # whether this engine had to build the policy's prepared store
-        if policy.memory_limit is not None:  # beyond it DuckDB spills to a folder only the steward can read
+        if policy.memory_limit is not None:
             config["memory_limit"] = policy.memory_limit
-        if policy.memory_limit is not None or policy.prepare_memory_limit is not None:
-            config["temp_directory"] = str(_spill_folder(policy))
+        # Beyond its memory limit (the policy's, or DuckDB's default of 80% of the machine's memory) DuckDB spills to
+        # a folder only the steward can read; its own default is `.tmp` in the working directory, made with the
+        # process's umask (readable by others), and enable_external_access does not stop that (red team).
+        config["temp_directory"] = str(_spill_folder(policy))
         with sandbox.opened(config) as con:  # locked when the tables are loaded
             self._con = con
             if policy.store is not None:

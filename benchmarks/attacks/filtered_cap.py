@@ -1,0 +1,195 @@
+"""A differential fuzzer for the filtered cap (rewrite/bounding.cap_rows): its three UNION ALL branches must keep
+EXACTLY the first m passing rows of each unit, in the load-time rank order, for every filter the checker accepts.
+
+A cap that keeps anything else is a sensitivity bug when the choice of a unit's rows depends on other units' rows
+(or keeps more than m), and an accuracy bug otherwise. For each generated accepted query with a row filter (the
+typed grammar of benchmarks/attacks/differential.py, plus filters over a column declared per_unit, which takes the
+load-time-rank path), the rows the rewrite keeps (its own filter and cap passes, reading the unit and the rank) are
+compared with a reference: the same WHERE, then `row_number() OVER (PARTITION BY unit ORDER BY rank) <= m`, a
+window over each unit's own passing rows. This runs on a base table where units have 1 to 7 rows (m = 2) and on
+its neighbours: one unit removed, and each of differential.py's adversarial rows added as a unit's further row.
+The exact measurement of the whole pipeline (COUNT(*), before any noise) is compared with the reference's size too.
+Run as `python -m benchmarks.attacks.filtered_cap`.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlglot import exp
+
+from benchmarks.attacks.differential import ADVERSARIAL_ROWS, Expression, Grammar
+from benchmarks.attacks.script import options, scratch
+from benchmarks.support import Budget, Table, column, open_session, write_dataset
+from dpsql.errors import Error
+from dpsql.rewrite import passes
+from dpsql.session import PrivateSession
+from dpsql.sql import names
+from dpsql.sql.parse import DIALECT
+
+M = 2
+TABLE = Table("f", "uid", (
+    column("uid", "int"), column("i", "int", -100.0, 100.0), column("x", "float", -10.0, 10.0), column("s", "text"),
+    column("b", "bool"), column("d", "date"), column("ts", "timestamp"), column("g", "text", values=("a", "b")),
+    column("pu", "int", 0.0, 9.0)), max_rows=M)
+BUDGET = Budget(epsilon=1e12, delta=1e-3, query_epsilon=1.0, query_delta=1e-6)
+
+
+def base_rows(seed: int, people: int = 40) -> list[tuple]:
+    """Units of 1 to 7 rows (so most have more than m), with exact duplicates among a unit's rows now and then
+    (the same row hash: ties in the load-time order); `pu` is the unit's own value on all its rows."""
+    r = random.Random(seed)
+    rows = []
+    for u in range(people):
+        pu = r.randint(0, 9) if r.random() < 0.9 else None
+        mine = []
+        for _ in range(r.randint(1, 7)):
+            if mine and r.random() < 0.15:
+                mine.append(mine[-1])
+                continue
+            mine.append((u, r.randint(-100, 100), r.choice([round(r.uniform(-10, 10), 2), 0.0, -0.0, None]),
+                         r.choice(["alpha", "Beta", "c d", "x1", "42", "", None]), r.choice([True, False, None]),
+                         f"2024-{r.randint(1, 12):02d}-{r.randint(1, 28):02d}",
+                         f"2023-{r.randint(1, 12):02d}-{r.randint(1, 28):02d} {r.randint(0, 23):02d}:00:00",
+                         r.choice("abc"), pu))
+        rows += mine
+    return rows
+
+
+class CapGrammar(Grammar):
+    """differential.py's typed grammar, with the per_unit column among the integer leaves now and then."""
+
+    def of(self, kind: str, depth: int = 0) -> Expression:
+        if kind == "int" and self.r.random() < 0.15:
+            return Expression("pu")
+        return super().of(kind, depth)
+
+    def filtered_query(self) -> tuple[str, Expression]:
+        form = self.r.randrange(5)
+        e = self.of("bool")
+        if form == 0:
+            return f"SELECT COUNT(*) FROM f WHERE {e.sql}", e
+        if form == 1:  # a declared-values key: its IN filter joins the WHERE before the cap
+            return f"SELECT g, COUNT(*) FROM f WHERE {e.sql} GROUP BY g", e
+        if form == 2:  # per_unit columns and the unit only: the load-time rank caps
+            w = self.pick(("pu > 3", "pu IS NULL", "uid % 3 = 1", "pu + uid > 20", "NOT (pu = 2)", "pu IN (1, 2, 7)",
+                           "CASE WHEN pu > 5 THEN uid < 30 ELSE uid > 4 END", "coalesce(pu, 0) < 4"))
+            return f"SELECT COUNT(*) FROM f WHERE {w}", Expression(w)
+        if form == 3:  # the quantile's bucket query reads the same rows
+            return f"SELECT MEDIAN(x), COUNT(*) FROM f WHERE {e.sql}", e
+        return f"SELECT COUNT(*), SUM(i) FROM f WHERE {e.sql} AND pu < 6", e
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    sql: str
+    world: str
+    detail: str
+
+
+@dataclass
+class Summary:
+    cases: int = 0
+    refused: int = 0
+    compared: int = 0  # (query, world) pairs compared
+    mismatches: list[Mismatch] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        out = [f"{self.cases} filtered queries: {self.cases - self.refused} accepted, {self.compared} comparisons "
+               f"over {len(WORLD_NAMES)} worlds; {len(self.mismatches)} mismatches"]
+        out += [f"  [{m.world}] {m.sql}  ({m.detail[:120]})" for m in self.mismatches[:30]]
+        return out
+
+
+WORLD_NAMES = ("base", "one unit removed", *ADVERSARIAL_ROWS)
+
+
+def open_worlds(folder: Path, seed: int, threads: int = 2) -> dict[str, PrivateSession]:
+    rows = base_rows(seed)
+    removed = rows[0][0] + 7  # some unit in the middle
+    worlds = {"base": rows, "one unit removed": [r for r in rows if r[0] != removed]}
+    pu = next(r[-1] for r in rows if r[0] == 3)
+    for theme, row in ADVERSARIAL_ROWS.items():
+        worlds[theme] = [*rows, (3, *row[1:], pu)]  # unit 3's further row
+    sessions = {}
+    for name, data in worlds.items():
+        policy = write_dataset(folder / re.sub(r"\W", "_", name), TABLE, data, BUDGET)
+        policy.write_text(policy.read_text().replace('pu = { type = "int", lower = 0.0, upper = 9.0 }',
+                                                     'pu = { type = "int", lower = 0.0, upper = 9.0, per_unit = true }'))
+        sessions[name] = open_session(policy, seed, "cap", threads=threads)
+    return sessions
+
+
+def kept_rows(plan) -> str:
+    """The unit and load-time rank of every row the rewrite keeps (its filter and cap passes, as _rows runs them)."""
+    table = names.prepared_table(plan.query.table.name)
+    context = passes._Context(plan, table, passes._alias(plan), passes._arguments(plan), passes._whole_units(plan))
+    tree = exp.select("*").from_(exp.to_table(table).as_(context.alias))
+    tree = passes.cap_rows_per_unit(passes.filter_rows(tree, context), context)
+    return tree.select(exp.column(names.UNIT, context.alias), exp.column(names.RANK, context.alias),
+                       append=False).sql(DIALECT)
+
+
+def reference_rows(plan) -> str:
+    """The first m passing rows of each unit by a window over its own passing rows: the definition of the cap. (With
+    a filter of whole units the rewrite leaves the declared-values filter of the keys out, as without a filter: the
+    reference leaves it out too.)"""
+    table = names.prepared_table(plan.query.table.name)
+    context = passes._Context(plan, table, passes._alias(plan), passes._arguments(plan), passes._whole_units(plan))
+    filtered = passes.filter_rows(exp.select("*").from_(exp.to_table(table).as_(context.alias)), context)
+    where = filtered.args["where"].this.sql(DIALECT)
+    return (f"SELECT {names.UNIT}, {names.RANK} FROM (SELECT *, row_number() OVER (PARTITION BY {names.UNIT} "
+            f"ORDER BY {names.RANK}) AS __rk FROM {table} AS {context.alias} WHERE {where}) WHERE __rk <= {M}")
+
+
+def run_case(sessions: dict[str, PrivateSession], sql: str, summary: Summary) -> None:
+    summary.cases += 1
+    try:
+        prepared = sessions["base"].prepare(sql, epsilon=1.0)
+    except Error:
+        summary.refused += 1
+        return
+    plan = prepared.plan
+    mine, reference = kept_rows(plan), reference_rows(plan)
+    for world, session in sessions.items():
+        summary.compared += 1
+        try:
+            got = sorted(session.engine.run(mine))
+            want = sorted(session.engine.run(reference))
+            exact = session.measure(prepared)
+        except Exception as exc:  # noqa: BLE001 - any failure after acceptance is a finding
+            summary.mismatches.append(Mismatch(sql, world, f"{type(exc).__name__}: {exc}"))
+            continue
+        if got != want:
+            extra, missing = sorted(set(got) - set(want)), sorted(set(want) - set(got))
+            summary.mismatches.append(Mismatch(sql, world, f"kept {len(got)} rows, reference {len(want)}; extra "
+                                                           f"{extra[:4]}, missing {missing[:4]}"))
+        elif sql.startswith("SELECT COUNT(*)") and exact[0][0] != len(want):
+            summary.mismatches.append(Mismatch(sql, world, f"COUNT(*) measured {exact[0][0]}, reference {len(want)}"))
+
+
+def fuzz(sessions: dict[str, PrivateSession], n: int, seed: int) -> Summary:
+    grammar = CapGrammar(random.Random(seed))
+    summary = Summary()
+    for _ in range(n):
+        sql, _ = grammar.filtered_query()
+        run_case(sessions, sql, summary)
+    return summary
+
+
+def main() -> None:
+    args = options(__doc__, cases=600, seed=11)
+    with scratch() as folder:
+        sessions = open_worlds(folder, args.seed)
+        try:
+            print("\n".join(fuzz(sessions, args.cases, args.seed).lines()))
+        finally:
+            for session in sessions.values():
+                session.close()
+
+
+if __name__ == "__main__":
+    main()
