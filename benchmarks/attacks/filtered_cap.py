@@ -117,8 +117,8 @@ def open_worlds(folder: Path, seed: int, threads: int = 2) -> dict[str, PrivateS
     sessions = {}
     for name, data in worlds.items():
         policy = write_dataset(folder / re.sub(r"\W", "_", name), TABLE, data, BUDGET)
-        policy.write_text(policy.read_text().replace('pu = { type = "int", lower = 0.0, upper = 9.0 }',
-                                                     'pu = { type = "int", lower = 0.0, upper = 9.0, per_unit = true }'))
+        declared = 'pu = { type = "int", lower = 0.0, upper = 9.0'
+        policy.write_text(policy.read_text().replace(f"{declared} }}", f"{declared}, per_unit = true }}"))
         sessions[name] = open_session(policy, seed, "cap", threads=threads)
     return sessions
 
@@ -160,7 +160,7 @@ def run_case(sessions: dict[str, PrivateSession], sql: str, summary: Summary) ->
             got = sorted(session.engine.run(mine))
             want = sorted(session.engine.run(reference))
             exact = session.measure(prepared)
-        except Exception as exc:  # noqa: BLE001 - any failure after acceptance is a finding
+        except Exception as exc:  # any failure after acceptance is a finding
             summary.mismatches.append(Mismatch(sql, world, f"{type(exc).__name__}: {exc}"))
             continue
         if got != want:
