@@ -169,6 +169,14 @@ def run_case(sessions: dict[str, PrivateSession], sql: str, summary: Summary) ->
                                                            f"{extra[:4]}, missing {missing[:4]}"))
         elif sql.startswith("SELECT COUNT(*)") and exact[0][0] != len(want):
             summary.mismatches.append(Mismatch(sql, world, f"COUNT(*) measured {exact[0][0]}, reference {len(want)}"))
+        elif sql.startswith("SELECT MEDIAN(x)"):  # the bucket query's rows: the kept rows with a value of x
+            histogram = sum((exact[0][0] or {}).values())
+            valued = session.engine.run(f"SELECT COUNT(*) FROM __dp_f AS r JOIN ({reference}) AS k ON "
+                                        f"r.{names.UNIT} = k.{names.UNIT} AND r.{names.RANK} = k.{names.RANK} "
+                                        "WHERE r.x IS NOT NULL")[0][0]
+            if exact[0][1] != len(want) or histogram != valued:
+                summary.mismatches.append(Mismatch(sql, world, f"COUNT(*) {exact[0][1]} and {histogram} rows in the "
+                                                               f"histogram; reference {len(want)} and {valued}"))
 
 
 def fuzz(sessions: dict[str, PrivateSession], n: int, seed: int) -> Summary:
