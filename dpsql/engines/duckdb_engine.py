@@ -228,7 +228,8 @@ def data_version(policy: Policy) -> str:
     """A fingerprint of what a load reads, taken before it (a file changed during the load gives a new version
     next time, never an old one for new data): the policy's text, and each source file's path, size, modification
     time and first and last 64 KiB (a copy that keeps the size and the times still changes it, and a large file is
-    not read whole)."""
+    not read whole). The files are those DuckDB reads: its glob matches hidden files, and a DuckDB database is read
+    with its write-ahead log (`<file>.wal`, present or not)."""
     digest = hashlib.sha256()
     try:
         digest.update(policy.path.read_bytes())
@@ -236,7 +237,11 @@ def data_version(policy: Policy) -> str:
         digest.update(repr(policy).encode())
     for table in sorted(policy.tables.values(), key=lambda t: t.name):
         digest.update(repr((table.name, table.source)).encode())
-        for name in sorted(glob.glob(table.source.pattern, recursive=True)):
+        # include_hidden: DuckDB's glob reads files whose names start with a dot (`*.csv` matches `.x.csv`).
+        files = sorted(glob.glob(table.source.pattern, recursive=True, include_hidden=True))
+        if table.source.kind == "duckdb":  # opened with its write-ahead log replayed, read-only or not
+            files = [part for name in files for part in (name, f"{name}.wal")]
+        for name in files:
             with contextlib.suppress(OSError):
                 stat = os.stat(name)
                 digest.update(repr((name, stat.st_size, stat.st_mtime_ns)).encode())
