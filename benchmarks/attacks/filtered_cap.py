@@ -107,7 +107,7 @@ class Summary:
 WORLD_NAMES = ("base", "one unit removed", *ADVERSARIAL_ROWS)
 
 
-def open_worlds(folder: Path, seed: int, threads: int = 2) -> dict[str, PrivateSession]:
+def open_worlds(folder: Path, seed: int, threads: int = 2, bounds: dict | None = None) -> dict[str, PrivateSession]:
     rows = base_rows(seed)
     removed = rows[0][0] + 7  # some unit in the middle
     worlds = {"base": rows, "one unit removed": [r for r in rows if r[0] != removed]}
@@ -118,7 +118,10 @@ def open_worlds(folder: Path, seed: int, threads: int = 2) -> dict[str, PrivateS
     for name, data in worlds.items():
         policy = write_dataset(folder / re.sub(r"\W", "_", name), TABLE, data, BUDGET)
         declared = 'pu = { type = "int", lower = 0.0, upper = 9.0'
-        policy.write_text(policy.read_text().replace(f"{declared} }}", f"{declared}, per_unit = true }}"))
+        text = policy.read_text().replace(f"{declared} }}", f"{declared}, per_unit = true }}")
+        if bounds:
+            text = text.replace(f"max_rows_per_unit = {M}\n", "".join(f"{k} = {v}\n" for k, v in bounds.items()))
+        policy.write_text(text)
         sessions[name] = open_session(policy, seed, "cap", threads=threads)
     return sessions
 
@@ -140,9 +143,98 @@ def reference_rows(plan) -> str:
     table = names.prepared_table(plan.query.table.name)
     context = passes._Context(plan, table, passes._alias(plan), passes._arguments(plan), passes._whole_units(plan))
     filtered = passes.filter_rows(exp.select("*").from_(exp.to_table(table).as_(context.alias)), context)
-    where = filtered.args["where"].this.sql(DIALECT)
+    where = filtered.args["where"].this.sql(DIALECT) if filtered.args.get("where") else "TRUE"
     return (f"SELECT {names.UNIT}, {names.RANK} FROM (SELECT *, row_number() OVER (PARTITION BY {names.UNIT} "
-            f"ORDER BY {names.RANK}) AS __rk FROM {table} AS {context.alias} WHERE {where}) WHERE __rk <= {M}")
+            f"ORDER BY {names.RANK}) AS __rk FROM {table} AS {context.alias} WHERE {where}) "
+            f"WHERE __rk <= {plan.max_rows}")
+
+
+# Per-group bounds (max_groups_per_unit = k, max_rows_per_group = r): of each unit's capped rows, the r with the
+# smallest row hash in each of its groups, in the k groups whose smallest row hash is smallest.
+PER_GROUP = {"max_rows_per_unit": 3, "max_groups_per_unit": 2, "max_rows_per_group": 1}
+
+
+def open_per_group_worlds(folder: Path, seed: int, threads: int = 2) -> dict[str, PrivateSession]:
+    sessions = open_worlds(folder / "per_group", seed, threads, bounds=PER_GROUP)
+    return sessions
+
+
+def per_group_query(grammar: CapGrammar) -> str:
+    e = grammar.of("bool")
+    keys = grammar.pick(("g", "g, b", "s", "b", "CASE WHEN i > 0 THEN 'p' ELSE 'n' END"))
+    where = "" if grammar.r.random() < 0.2 else f" WHERE {e.sql}"
+    return f"SELECT {keys}, COUNT(*) FROM f{where} GROUP BY ALL"
+
+
+def per_group_kept(plan) -> str:
+    """(unit, row hash, keys...) of every row the rewrite's row passes keep, per-group cap included."""
+    rows, _ = passes._rows(plan, names.prepared_table(plan.query.table.name))
+    keys = [names.key(i) for i in range(len(plan.query.keys))]
+    return exp.select(names.UNIT, names.ROW_KEY, *keys).from_(rows.subquery("r")).sql(DIALECT)
+
+
+def per_group_reference(session: PrivateSession, plan) -> list[tuple]:
+    """The same, computed here: the reference unit cap, then each unit's groups and rows chosen in Python."""
+    table = names.prepared_table(plan.query.table.name)
+    context = passes._Context(plan, table, passes._alias(plan), passes._arguments(plan), passes._whole_units(plan))
+    keys = ", ".join(passes._guarded(k.expression, context).sql(DIALECT) for k in plan.query.keys)
+    capped = session.engine.run(
+        f"SELECT {context.alias}.{names.UNIT}, {context.alias}.{names.ROW_KEY}, {keys} FROM {table} AS "
+        f"{context.alias} JOIN ({reference_rows(plan)}) AS kept ON {context.alias}.{names.UNIT} = kept.{names.UNIT}"
+        f" AND {context.alias}.{names.RANK} = kept.{names.RANK}")
+    groups: dict[tuple, list[tuple]] = {}
+    for row in capped:
+        groups.setdefault((row[0], _group(row[2:])), []).append(row)
+    bound = plan.query.table.bound
+    by_unit: dict = {}
+    for (unit, _), rows in groups.items():
+        rows.sort(key=lambda row: row[1])
+        by_unit.setdefault(unit, []).append(rows[:bound.max_rows_per_group])
+    kept = []
+    for chosen in by_unit.values():
+        chosen.sort(key=lambda rows: rows[0][1])
+        kept += [row for rows in chosen[:bound.max_groups] for row in rows]
+    return kept
+
+
+def _group(values: tuple) -> tuple:
+    """A group key as DuckDB groups it: -0.0 with 0.0, every NaN together."""
+    return tuple(0.0 if isinstance(v, float) and v == 0 else ("nan" if isinstance(v, float) and v != v else v)
+                 for v in values)
+
+
+def run_per_group_case(sessions: dict[str, PrivateSession], sql: str, summary: Summary) -> None:
+    summary.cases += 1
+    try:
+        prepared = sessions["base"].prepare(sql, epsilon=1.0)
+    except Error:
+        summary.refused += 1
+        return
+    mine = per_group_kept(prepared.plan)
+    for world, session in sessions.items():
+        summary.compared += 1
+        try:
+            got = sorted(map(repr, (_canonical_row(r) for r in session.engine.run(mine))))
+            want = sorted(map(repr, (_canonical_row(r) for r in per_group_reference(session, prepared.plan))))
+            session.measure(prepared)
+        except Exception as exc:  # any failure after acceptance is a finding
+            summary.mismatches.append(Mismatch(sql, world, f"{type(exc).__name__}: {exc}"))
+            continue
+        if got != want:
+            summary.mismatches.append(Mismatch(sql, world, f"kept {len(got)} rows, reference {len(want)}: "
+                                                           f"{sorted(set(got) ^ set(want))[:3]}"))
+
+
+def _canonical_row(row: tuple) -> tuple:
+    return (*row[:2], *_group(tuple(row[2:])))
+
+
+def fuzz_per_group(sessions: dict[str, PrivateSession], n: int, seed: int) -> Summary:
+    grammar = CapGrammar(random.Random(seed))
+    summary = Summary()
+    for _ in range(n):
+        run_per_group_case(sessions, per_group_query(grammar), summary)
+    return summary
 
 
 def run_case(sessions: dict[str, PrivateSession], sql: str, summary: Summary) -> None:
@@ -194,6 +286,13 @@ def main() -> None:
         sessions = open_worlds(folder, args.seed)
         try:
             print("\n".join(fuzz(sessions, args.cases, args.seed).lines()))
+        finally:
+            for session in sessions.values():
+                session.close()
+        sessions = open_per_group_worlds(folder, args.seed)
+        try:
+            print("per-group bounds (k = 2 groups, r = 1 row per group, m = 3):")
+            print("\n".join(fuzz_per_group(sessions, args.cases // 2, args.seed).lines()))
         finally:
             for session in sessions.values():
                 session.close()
