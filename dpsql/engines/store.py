@@ -33,7 +33,7 @@ from dpsql.policy import Policy
 from dpsql.sql import sandbox
 from dpsql.sql.names import TWIN_SCHEMA
 
-STORE_FORMAT = 1
+STORE_FORMAT = 2  # 2: a float's sign bit is part of the row hash (stores of format 1 have ties between +-0.0)
 _IDENTITY_TABLE = "__dp_store_identity"
 
 

@@ -37,7 +37,14 @@ def prepared_rows(table: TablePolicy, source: exp.Expression, salt: int) -> exp.
     The salt makes each unit's choice of rows unpredictable; the same salt gives the same ranks."""
     kept = cleaned_rows(table, source)
     unit = _column(table.privacy_unit) if table.privacy_unit is not None else exp.Window(this=exp.RowNumber())
-    row_hash = exp.Anonymous(this="hash", expressions=[*map(_column, table.columns), exp.Literal.number(salt)])
+    # DuckDB's hash() gives -0.0 and 0.0 one value: two rows of a unit that differ only there would tie, and the
+    # rank window would order them as its sort meets them, which follows other units' rows (red team). Each float's
+    # sign bit goes into the hash too, so that rows a query can tell apart never share a key (exact duplicates do,
+    # and which of them is kept cannot be seen).
+    signs = [exp.Anonymous(this="signbit", expressions=[_column(name)]) for name, column in table.columns.items()
+             if column.type is ColumnType.FLOAT]
+    row_hash = exp.Anonymous(this="hash", expressions=[*map(_column, table.columns), *signs,
+                                                       exp.Literal.number(salt)])
     keyed = exp.select("*", exp.alias_(unit, names.UNIT), exp.alias_(row_hash, names.ROW_KEY), copy=False) \
         .from_(kept.subquery(copy=False), copy=False)
     return exp.select("*", *_ranks(table), *_quantized(table), copy=False).from_(keyed.subquery(copy=False),
