@@ -341,6 +341,11 @@ class _Reader:
             if columns[unit].bounded or columns[unit].values is not None:
                 self.fail(f"{where}, column '{unit}'", "lower" if columns[unit].bounded else "values",
                           "the privacy unit column cannot have bounds or public values")
+            if columns[unit].type is ColumnType.FLOAT:
+                # DuckDB groups and joins 0.0 and -0.0 as one value, and ids beyond 2**53 are read rounded: two
+                # people would be one unit to the cap, which then chose one's rows by the other's (red team).
+                self.fail(where, "privacy_unit", f"column '{unit}' is a float: ids must be exact (0.0 and -0.0 are "
+                                                 f"one value to the engine); declare it int or text")
         default_rows = 1 if row_privacy else None
         if "max_rows_per_unit" not in raw and default_rows is None:
             self.fail(where, "max_rows_per_unit", "missing: how many rows one person may contribute to a query")
