@@ -36,6 +36,7 @@ TABLE = Table("f", "uid", (
     column("b", "bool"), column("d", "date"), column("ts", "timestamp"), column("g", "text", values=("a", "b")),
     column("pu", "int", 0.0, 9.0)), max_rows=M)
 BUDGET = Budget(epsilon=1e12, delta=1e-3, query_epsilon=1.0, query_delta=1e-6)
+REMOVED = 7  # the unit the "one unit removed" world lacks
 
 
 def base_rows(seed: int, people: int = 40) -> list[tuple]:
@@ -48,7 +49,8 @@ def base_rows(seed: int, people: int = 40) -> list[tuple]:
         mine = []
         for _ in range(r.randint(1, 7)):
             if mine and r.random() < 0.15:
-                mine.append(mine[-1])
+                last = mine[-1]  # an exact duplicate, or (a zero) the same row with the zero's sign flipped
+                mine.append((*last[:2], -last[2], *last[3:]) if last[2] == 0 and r.random() < 0.7 else last)
                 continue
             mine.append((u, r.randint(-100, 100), r.choice([round(r.uniform(-10, 10), 2), 0.0, -0.0, None]),
                          r.choice(["alpha", "Beta", "c d", "x1", "42", "", None]), r.choice([True, False, None]),
@@ -109,8 +111,7 @@ WORLD_NAMES = ("base", "one unit removed", *ADVERSARIAL_ROWS)
 
 def open_worlds(folder: Path, seed: int, threads: int = 2, bounds: dict | None = None) -> dict[str, PrivateSession]:
     rows = base_rows(seed)
-    removed = rows[0][0] + 7  # some unit in the middle
-    worlds = {"base": rows, "one unit removed": [r for r in rows if r[0] != removed]}
+    worlds = {"base": rows, "one unit removed": [r for r in rows if r[0] != REMOVED]}
     pu = next(r[-1] for r in rows if r[0] == 3)
     for theme, row in ADVERSARIAL_ROWS.items():
         worlds[theme] = [*rows, (3, *row[1:], pu)]  # unit 3's further row
@@ -237,6 +238,20 @@ def fuzz_per_group(sessions: dict[str, PrivateSession], n: int, seed: int) -> Su
     return summary
 
 
+CHANGED = {"one unit removed": REMOVED, **{theme: 3 for theme in ADVERSARIAL_ROWS}}  # the unit each world changes
+
+
+def kept_content(session: PrivateSession, mine: str) -> dict[int, list[str]]:
+    """Per unit, the kept rows as text (every declared column, a zero's sign included): what a query can read."""
+    columns = ", ".join(f"CAST(r.{c.name} AS VARCHAR)" for c in TABLE.columns)
+    rows = session.engine.run(f"SELECT r.{names.UNIT}, concat_ws('|', {columns}) FROM __dp_f AS r JOIN ({mine}) AS k "
+                              f"ON r.{names.UNIT} = k.{names.UNIT} AND r.{names.RANK} = k.{names.RANK}")
+    kept: dict[int, list[str]] = {}
+    for unit, text in rows:
+        kept.setdefault(unit, []).append(text)
+    return {unit: sorted(texts) for unit, texts in kept.items()}
+
+
 def run_case(sessions: dict[str, PrivateSession], sql: str, summary: Summary) -> None:
     summary.cases += 1
     try:
@@ -246,7 +261,15 @@ def run_case(sessions: dict[str, PrivateSession], sql: str, summary: Summary) ->
         return
     plan = prepared.plan
     mine, reference = kept_rows(plan), reference_rows(plan)
+    base = kept_content(sessions["base"], mine)
     for world, session in sessions.items():
+        # The rows kept of every unit the world does not change are the base world's: a unit's choice of rows
+        # depends on its own rows only (a rank that ties rows a query can tell apart fails this).
+        if world != "base":
+            other = kept_content(session, mine)
+            moved = sorted(u for u in set(base) | set(other) if u != CHANGED[world] and base.get(u) != other.get(u))
+            if moved:
+                summary.mismatches.append(Mismatch(sql, world, f"units {moved[:5]} kept other rows than in the base"))
         summary.compared += 1
         try:
             got = sorted(session.engine.run(mine))
