@@ -5,9 +5,9 @@ The store is as secret as the data: it holds the rows, and its ranks were drawn 
 unpredictable. It lives where the steward names it (`[engine] store` in the policy; default beside the ledger), is
 written mode 0600 inside a folder of mode 0700, and a store that others can read is refused, as is one built for
 other data: the identity kept inside it (`Identity`) must match the engine's data version (the policy's text, each
-source file's path, size, modification time and a sample of its content), the DuckDB version and the store format,
-and how its salt was chosen (secret and random, or a test's fixed seed: a store built with a known seed is never
-used without it).
+source file's path, size, modification time and a sample of its content), the DuckDB version, the store format and
+the SQL that prepares the tables, and how its salt was chosen (secret and random, or a test's fixed seed: a store
+built with a known seed is never used without it).
 
 A build writes into a private temporary folder beside the store and renames the finished file into place, so a
 crash leaves the old store (which no longer matches, so it is rebuilt) or none, never half of one in use.
@@ -26,12 +26,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
+from sqlglot import exp
 
 from dpsql.engines.loading import TableLoader
 from dpsql.errors import PolicyError
 from dpsql.policy import Policy
+from dpsql.rewrite import bounding
 from dpsql.sql import sandbox
 from dpsql.sql.names import TWIN_SCHEMA
+from dpsql.sql.parse import DIALECT
 
 STORE_FORMAT = 2  # 2: a float's sign bit is part of the row hash (stores of format 1 have ties between +-0.0)
 _IDENTITY_TABLE = "__dp_store_identity"
@@ -45,9 +48,10 @@ class Identity:
     salt: str  # "secret" for a random salt; for a test's fixed seed, a digest of it
 
 
-def identity(data_version: str, bounding_seed: int | None) -> Identity:
-    """`data_version` is the engine's fingerprint of the policy and its sources (duckdb_engine.data_version)."""
-    fingerprint = hashlib.sha256(f"{data_version}|{duckdb.__version__}|{STORE_FORMAT}".encode()).hexdigest()
+def identity(data_version: str, bounding_seed: int | None, load: str = "") -> Identity:
+    """`data_version` is the engine's fingerprint of the policy and its sources (duckdb_engine.data_version); `load`
+    the SQL a build runs (load_sql)."""
+    fingerprint = hashlib.sha256(f"{data_version}|{duckdb.__version__}|{STORE_FORMAT}|{load}".encode()).hexdigest()
     salt = "secret" if bounding_seed is None else hashlib.sha256(f"seed {bounding_seed}".encode()).hexdigest()
     return Identity(fingerprint, salt)
 
@@ -56,11 +60,20 @@ def ensure(policy: Policy, data_version: str, bounding_seed: int | None, config:
         Identity, bool]:
     """The identity the policy's store must have, and whether it had to be built (it was missing or stale)."""
     assert policy.store is not None
-    wanted = identity(data_version, bounding_seed)
+    wanted = identity(data_version, bounding_seed, load_sql(policy))
     if ready(policy.store, wanted):
         return wanted, False
     build(policy.store, policy, wanted, new_salt(bounding_seed), config)
     return wanted, True
+
+
+def load_sql(policy: Policy) -> str:
+    """The SQL that prepares each table, over a placeholder source and salt: part of the store's identity, so that a
+    store prepared by other load logic (an older dpsql: ranks, cleaning, fixed point) is rebuilt, not used, without
+    anyone having to remember to change STORE_FORMAT."""
+    source = exp.to_table("__dp_source")
+    return "\n".join((bounding.cleaned_rows(table, source) if table.public else bounding.prepared_rows(
+        table, source, 0)).sql(DIALECT) for table in policy.tables.values())
 
 
 def ready(path: Path, wanted: Identity) -> bool:

@@ -18,12 +18,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from sqlglot import exp
 
 from benchmarks.attacks import differential
 from benchmarks.support import open_session, write_csv, write_dataset, write_policy
 from dpsql.engines.duckdb_engine import DuckDBEngine
 from dpsql.errors import Error
 from dpsql.policy import load_policy
+from dpsql.rewrite import bounding
 
 
 def _policy(folder: Path, engine: str = "") -> Path:
@@ -170,3 +172,20 @@ def test_a_build_killed_mid_way_leaves_no_copy_of_the_data_behind(tmp_path) -> N
     DuckDBEngine(load_policy(policy)).close()  # a later build succeeds
     left = [p.name for p in tmp_path.iterdir() if p.name.endswith(".building")]
     assert not left, f"still there: {left}"
+
+
+def test_a_store_prepared_by_other_load_logic_is_rebuilt(tmp_path, monkeypatch) -> None:
+    """The rank's hash changed (a float's sign bit joined it: test_zero_sign_ties.py) and a store ranked the old way
+    would have stayed in use had STORE_FORMAT not been changed by hand. The SQL that prepares the tables is part of
+    the store's identity now: any change to the load logic rebuilds the store."""
+    policy = _policy(tmp_path, "store = true")
+    DuckDBEngine(load_policy(policy), bounding_seed=3).close()
+    assert not DuckDBEngine(load_policy(policy), bounding_seed=3).store_built
+    original = bounding._ranks
+    monkeypatch.setattr(bounding, "_ranks", lambda table: [*original(table), exp.alias_(exp.Literal.number(1),
+                                                                                          "__dp_extra")])
+    changed = DuckDBEngine(load_policy(policy), bounding_seed=3)
+    try:
+        assert changed.store_built, "a store prepared by other load logic was used"
+    finally:
+        changed.close()
