@@ -77,8 +77,8 @@ def test_a_ledger_that_breaks_during_a_session_refuses_the_next_query(tmp_path: 
         if fault == "folder removed":
             shutil.rmtree(ledger.parent)
         else:
-            for path in ledger.parent.iterdir():
-                path.unlink()
+            for path in ledger.parent.iterdir():  # the ledger's files, and the engine's spill folder beside it
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
             if fault == "ledger is a folder":
                 ledger.mkdir()
             else:
