@@ -15,6 +15,8 @@ crash leaves the old store (which no longer matches, so it is rebuilt) or none, 
 
 from __future__ import annotations
 
+import fcntl
+import glob
 import hashlib
 import os
 import secrets
@@ -101,9 +103,17 @@ def matches(con: duckdb.DuckDBPyConnection, wanted: Identity) -> bool:
 
 
 def build(path: Path, policy: Policy, wanted: Identity, salt: int, config: dict[str, str]) -> None:
-    """Build the store for `policy` at `path` (replacing any older one), atomically."""
+    """Build the store for `policy` at `path` (replacing any older one), atomically.
+
+    The build happens in a private folder beside the store, which holds a partial copy of the data until it is
+    renamed into place. A build killed mid-way (kill -9, the OOM killer) cannot remove its folder; the next build
+    does: each live build holds an exclusive lock on its folder's lock file, which the kernel drops with the
+    process, so a folder whose lock can be taken belongs to no running build (red team)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".building", dir=path.parent))  # mode 0700
+    _remove_abandoned_builds(path)
+    building = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=_BUILDING, dir=path.parent))  # mode 0700
+    lock = os.open(building / _BUILD_LOCK, os.O_WRONLY | os.O_CREAT, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX)
     try:
         target = building / path.name
         progress = {"enable_progress_bar": "true"} if sys.stderr.isatty() else {}
@@ -120,6 +130,29 @@ def build(path: Path, policy: Policy, wanted: Identity, salt: int, config: dict[
         os.replace(target, path)
     finally:
         shutil.rmtree(building, ignore_errors=True)
+        os.close(lock)  # after the folder is gone: until then no other build may take it for abandoned
+
+
+_BUILDING = ".building"
+_BUILD_LOCK = "build.lock"
+
+
+def _remove_abandoned_builds(path: Path) -> None:
+    """Remove the building folders beside `path` whose build's process has died (see `build`). A folder without a
+    lock file yet (its build is starting) or whose lock is held is left alone."""
+    for folder in path.parent.glob(f".{glob.escape(path.name)}.*{_BUILDING}"):
+        try:
+            lock = os.open(folder / _BUILD_LOCK, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # a live build holds it
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+        finally:
+            os.close(lock)
 
 
 def new_salt(bounding_seed: int | None) -> int:

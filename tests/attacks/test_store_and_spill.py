@@ -9,6 +9,7 @@ default limit: large data, a large join) wrote sorted private rows, readable by 
 
 from __future__ import annotations
 
+import fcntl
 import os
 import random
 import signal
@@ -17,7 +18,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from sqlglot import exp
 
 from benchmarks.attacks import differential
@@ -152,9 +152,9 @@ def _comparable(rows: list[tuple]) -> list[str]:
     return sorted(repr(tuple(sorted(v.items()) if isinstance(v, dict) else v for v in row)) for row in rows)
 
 
-@pytest.mark.xfail(strict=True, reason="a build killed mid-way leaves its private building folder (a partial copy "
-                                      "of the data, mode 0700) beside the store; nothing removes it later")
 def test_a_build_killed_mid_way_leaves_no_copy_of_the_data_behind(tmp_path) -> None:
+    """A killed build cannot remove its private building folder (a partial copy of the data); the next build does,
+    and leaves alone the folder of a build still running (its lock is held)."""
     policy = _policy(tmp_path, "store = true")
     script = ("import os, signal\n"
               "from dpsql.engines import loading\n"
@@ -168,10 +168,18 @@ def test_a_build_killed_mid_way_leaves_no_copy_of_the_data_behind(tmp_path) -> N
               "loading.TableLoader.load = load\n"
               f"DuckDBEngine(load_policy({str(policy)!r}))\n")
     assert subprocess.run([sys.executable, "-c", script]).returncode == -signal.SIGKILL
-    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".building")]  # the killed build's folder
-    DuckDBEngine(load_policy(policy)).close()  # a later build succeeds
-    left = [p.name for p in tmp_path.iterdir() if p.name.endswith(".building")]
-    assert not left, f"still there: {left}"
+    killed = [p for p in tmp_path.iterdir() if p.name.endswith(".building")]
+    assert len(killed) == 1 and (killed[0] / "build.lock").exists()
+    running = tmp_path / ".p.store.duckdb.live.building"  # the folder of another build, still running
+    running.mkdir(mode=0o700)
+    held = os.open(running / "build.lock", os.O_WRONLY | os.O_CREAT, 0o600)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    try:
+        DuckDBEngine(load_policy(policy)).close()  # a later build succeeds
+    finally:
+        os.close(held)
+    left = sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".building"))
+    assert left == [running.name], f"left: {left}"
 
 
 def test_a_store_prepared_by_other_load_logic_is_rebuilt(tmp_path, monkeypatch) -> None:
