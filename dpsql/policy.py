@@ -149,6 +149,28 @@ class BudgetPolicy:
         return self.analysts.get(analyst, AnalystBudget(self.epsilon, self.delta))
 
 
+ENGINE_KINDS = ("duckdb", "spark")
+DEFAULT_SPARK_MASTER = "local[*]"
+# The Spark settings a policy may give ([engine.spark]): resources and parallelism only. Anything else is refused,
+# because so much of Spark's configuration opens a way out of the sandbox (spark.jars, spark.sql.extensions, a
+# catalog, extraJavaOptions, spark.sql.runSQLOnFiles) or changes the semantics the engine relies on
+# (spark.sql.ansi.enabled, the session time zone), and dpsql sets those itself (engines/spark_engine.py).
+SPARK_SETTINGS = frozenset({
+    "spark.driver.memory", "spark.driver.cores", "spark.driver.maxResultSize", "spark.executor.memory",
+    "spark.executor.cores", "spark.executor.instances", "spark.cores.max", "spark.default.parallelism",
+    "spark.sql.shuffle.partitions", "spark.memory.fraction", "spark.local.dir", "spark.app.name",
+    "spark.sql.adaptive.enabled", "spark.sql.files.maxPartitionBytes", "spark.network.timeout",
+})
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    """Which engine runs the bounded SQL: DuckDB (embedded, the default) or Spark (engines/spark_engine.py)."""
+    kind: str = "duckdb"
+    master: str = DEFAULT_SPARK_MASTER  # Spark only: local[*] or a cluster's URL
+    spark: tuple[tuple[str, str], ...] = ()  # Spark only: the [engine.spark] settings, each one in SPARK_SETTINGS
+
+
 # Long enough for a grouped query over tens of millions of rows on a laptop; short enough that one query cannot
 # hold the engine. `[engine] time_limit_seconds` in the policy overrides it.
 DEFAULT_TIME_LIMIT = 60.0
@@ -168,6 +190,7 @@ class Policy:
     memory_limit: str | None = None  # DuckDB's memory limit ([engine] memory_limit; spills beyond it)
     # The limit while the prepared store is built ([engine] prepare_memory_limit; default: memory_limit).
     prepare_memory_limit: str | None = None
+    engine: EngineChoice = field(default_factory=lambda: EngineChoice())  # [engine] kind, master, [engine.spark]
 
     def table(self, name: str) -> TablePolicy | None:
         return self.tables.get(name.lower())
@@ -197,7 +220,9 @@ def load_policy(path: str | Path) -> Policy:
         tables[table.name] = table
     budget = reader.budget(reader.require(raw, "", "budget", dict))
     engine = reader.typed(raw.get("engine", {}), "", "engine", dict)
-    reader.keys(engine, "[engine]", {"time_limit_seconds", "store", "memory_limit", "prepare_memory_limit"})
+    reader.keys(engine, "[engine]", {"time_limit_seconds", "store", "memory_limit", "prepare_memory_limit", "kind",
+                                     "master", "spark"})
+    choice = _engine_choice(reader, engine)
     time_limit = reader.number(engine, "[engine]", "time_limit_seconds", default=DEFAULT_TIME_LIMIT,
                                hi=_MAX_TIME_LIMIT)
     store = _store_file(reader, engine, path, budget)
@@ -211,8 +236,44 @@ def load_policy(path: str | Path) -> Policy:
     answers_path = None
     if server.get("answers", True) is not False:  # `answers = false`: the server keeps no answers
         answers_path = _server_file(reader, server, "answers", f"{path.stem}.answers.sqlite", path, budget)
+    if choice.kind == "spark" and (store is not None or memory_limit is not None):
+        reader.fail("[engine]", "store" if store is not None else "memory_limit",
+                    "is a DuckDB setting: not supported with kind = \"spark\" (size Spark with [engine.spark])")
     return Policy(path, tables, budget, time_limit, users_path, answers_path, store, memory_limit,
-                  prepare_memory_limit or memory_limit)
+                  prepare_memory_limit=prepare_memory_limit or memory_limit, engine=choice)
+
+
+def _dotted(settings: dict, prefix: str = "") -> dict[str, Any]:
+    """`[engine.spark]` keys as Spark spells them: TOML reads an unquoted `spark.driver.memory` as nested tables."""
+    flat: dict[str, Any] = {}
+    for key, value in settings.items():
+        if isinstance(value, dict):
+            flat.update(_dotted(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _engine_choice(reader: _Reader, engine: dict) -> EngineChoice:
+    """`[engine] kind`, `master` and the `[engine.spark]` table, each Spark setting checked against SPARK_SETTINGS."""
+    kind = reader.typed(engine.get("kind", "duckdb"), "[engine]", "kind", str)
+    if kind not in ENGINE_KINDS:
+        reader.fail("[engine]", "kind", f"{kind!r} is not an engine (one of: {', '.join(ENGINE_KINDS)})")
+    if kind != "spark" and ("master" in engine or "spark" in engine):
+        reader.fail("[engine]", "master" if "master" in engine else "spark", 'is a Spark setting: set kind = "spark"')
+    master = reader.typed(engine.get("master", DEFAULT_SPARK_MASTER), "[engine]", "master", str).strip()
+    if not master:
+        reader.fail("[engine]", "master", "must name a Spark master, such as local[*]")
+    settings = reader.typed(engine.get("spark", {}), "[engine]", "spark", dict)
+    checked = []
+    for key, value in sorted(_dotted(settings).items()):
+        if key not in SPARK_SETTINGS:
+            reader.fail("[engine.spark]", key, f"not a Spark setting dpsql accepts (it accepts: "
+                                               f"{', '.join(sorted(SPARK_SETTINGS))})")
+        if not isinstance(value, str | int | float):  # bool is an int
+            reader.fail("[engine.spark]", key, "must be a string, a number or a boolean")
+        checked.append((key, str(value).lower() if isinstance(value, bool) else str(value)))
+    return EngineChoice(kind, master, tuple(checked))
 
 
 _MEMORY = re.compile(r"\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", re.IGNORECASE)

@@ -82,7 +82,7 @@ class PrivateSession:
         # A server shares one loaded engine between its analysts' sessions (the engine locks itself); the session
         # closes only an engine it made.
         self._owns_engine = engine is None
-        self.engine: Engine = engine if engine is not None else DuckDBEngine(
+        self.engine: Engine = engine if engine is not None else build_engine(
             self.policy, bounding_seed=bounding_seed, threads=threads)
         self.post = PostProcessor()
         # Answers already released, returned again at no cost (store/answers.py); None: every query is answered
@@ -237,6 +237,15 @@ class PrivateSession:
         if value > exact(budget.epsilon):
             raise ProgrammingError(f"epsilon {float(value):g} is more than the whole budget ({budget.epsilon:g})")
         return Budget(value, exact(budget.query_delta), budget.accounting, budget.mechanism)
+
+
+def build_engine(policy: Policy, *, bounding_seed: int | None = None, threads: int | None = None) -> Engine:
+    """The engine the policy's `[engine] kind` names. Spark is imported only when asked for: it is optional."""
+    if policy.engine.kind == "spark":
+        from dpsql.engines.spark_engine import SparkEngine
+
+        return SparkEngine(policy, bounding_seed=bounding_seed)
+    return DuckDBEngine(policy, bounding_seed=bounding_seed, threads=threads)
 
 
 def _epsilon(value: Any) -> Fraction:

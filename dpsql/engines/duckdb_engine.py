@@ -23,7 +23,7 @@ from sqlglot import exp
 from dpsql.analysis.public_facts import PublicFacts
 from dpsql.engines import store
 from dpsql.engines.base import Engine
-from dpsql.engines.loading import TableLoader
+from dpsql.engines.loading import TableLoader, portable_ranks
 from dpsql.engines.public_facts import DuckDBPublicFacts
 from dpsql.engines.watchdog import Watchdog
 from dpsql.errors import ExecutionFailed, PolicyError, QueryRejected, first_line
@@ -74,7 +74,8 @@ class DuckDBEngine(Engine):
                 self._attach_store(policy, bounding_seed, config)
             else:
                 con.execute(f"CREATE SCHEMA {TWIN_SCHEMA}")
-                loader, salt = TableLoader(con, policy.path.name), store.new_salt(bounding_seed)
+                loader = TableLoader(con, policy.path.name, portable_ranks(bounding_seed))
+                salt = store.new_salt(bounding_seed)
                 for table in policy.tables.values():
                     loader.load(table, salt)
             # A second client whose default schema holds empty tables of the same names and columns: the very SQL

@@ -30,7 +30,7 @@ from pathlib import Path
 import duckdb
 from sqlglot import exp
 
-from dpsql.engines.loading import TableLoader
+from dpsql.engines.loading import TableLoader, portable_ranks
 from dpsql.errors import PolicyError
 from dpsql.policy import Policy
 from dpsql.rewrite import bounding
@@ -38,7 +38,8 @@ from dpsql.sql import sandbox
 from dpsql.sql.names import TWIN_SCHEMA
 from dpsql.sql.parse import DIALECT
 
-STORE_FORMAT = 2  # 2: a float's sign bit is part of the row hash (stores of format 1 have ties between +-0.0)
+# 2: a float's sign bit joins the row hash; a store built with a fixed seed ranks by the portable key.
+STORE_FORMAT = 2
 _IDENTITY_TABLE = "__dp_store_identity"
 
 
@@ -62,20 +63,21 @@ def ensure(policy: Policy, data_version: str, bounding_seed: int | None, config:
         Identity, bool]:
     """The identity the policy's store must have, and whether it had to be built (it was missing or stale)."""
     assert policy.store is not None
-    wanted = identity(data_version, bounding_seed, load_sql(policy))
+    portable = portable_ranks(bounding_seed)
+    wanted = identity(data_version, bounding_seed, load_sql(policy, portable))
     if ready(policy.store, wanted):
         return wanted, False
-    build(policy.store, policy, wanted, new_salt(bounding_seed), config)
+    build(policy.store, policy, wanted, new_salt(bounding_seed), config, portable)
     return wanted, True
 
 
-def load_sql(policy: Policy) -> str:
+def load_sql(policy: Policy, portable: bool = False) -> str:
     """The SQL that prepares each table, over a placeholder source and salt: part of the store's identity, so that a
     store prepared by other load logic (an older dpsql: ranks, cleaning, fixed point) is rebuilt, not used, without
     anyone having to remember to change STORE_FORMAT."""
     source = exp.to_table("__dp_source")
     return "\n".join((bounding.cleaned_rows(table, source) if table.public else bounding.prepared_rows(
-        table, source, 0)).sql(DIALECT) for table in policy.tables.values())
+        table, source, 0, portable)).sql(DIALECT) for table in policy.tables.values())
 
 
 def ready(path: Path, wanted: Identity) -> bool:
@@ -102,7 +104,8 @@ def matches(con: duckdb.DuckDBPyConnection, wanted: Identity) -> bool:
     return found == [(wanted.fingerprint, wanted.salt)]
 
 
-def build(path: Path, policy: Policy, wanted: Identity, salt: int, config: dict[str, str]) -> None:
+def build(path: Path, policy: Policy, wanted: Identity, salt: int, config: dict[str, str],
+          portable: bool = False) -> None:
     """Build the store for `policy` at `path` (replacing any older one), atomically.
 
     The build happens in a private folder beside the store, which holds a partial copy of the data until it is
@@ -119,7 +122,7 @@ def build(path: Path, policy: Policy, wanted: Identity, salt: int, config: dict[
         progress = {"enable_progress_bar": "true"} if sys.stderr.isatty() else {}
         with sandbox.opened({**config, **progress}, database=str(target)) as con:
             con.execute(f"CREATE SCHEMA {TWIN_SCHEMA}")
-            loader = TableLoader(con, policy.path.name)
+            loader = TableLoader(con, policy.path.name, portable)
             for table in policy.tables.values():
                 loader.load(table, salt)
             con.execute(f"CREATE TABLE {_IDENTITY_TABLE} (fingerprint VARCHAR, salt VARCHAR)")

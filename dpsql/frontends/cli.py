@@ -226,10 +226,10 @@ def policy() -> None:
 @_errors_as_messages
 def check(file: Path) -> None:
     """Check a policy and load its tables: every problem is named with its table and key."""
-    from dpsql.engines.duckdb_engine import DuckDBEngine
+    from dpsql.session import build_engine
 
     loaded = load_policy(file)
-    DuckDBEngine(loaded).close()
+    build_engine(loaded).close()
     for table in loaded.tables.values():
         bounded = [c.name for c in table.columns.values() if c.bounded]
         public = [c.name for c in table.columns.values() if c.values is not None]

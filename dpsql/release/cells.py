@@ -109,7 +109,10 @@ def _cells(plan: QueryPlan, rows: Sequence[tuple[Any, ...]]) -> tuple[list[tuple
         keys = list(itertools.product(*plan.domains))
     else:
         domains = [set(key.domain) if key.domain is not None else None for key in plan.query.keys]
-        keys = [key for key in found if all(d is None or v in d for v, d in zip(key, domains, strict=True))]
+        # Noise is drawn in a canonical order of the keys, not the engine's: then the same seeds give the same
+        # answer whatever the engine (DuckDB, Spark) and its threads did. The order released is drawn after.
+        keys = sorted((key for key in found if all(d is None or v in d for v, d in zip(key, domains, strict=True))),
+                      key=_key_order)
     exact = np.empty((len(keys), n), dtype=object)  # filled cell by cell: a quantile's cell is a list of counts
     for g, key in enumerate(keys):
         values = found.get(key, (None,) * n)  # a public group with no row: every measurement is empty
@@ -123,6 +126,20 @@ def _exact(measurement: Measurement, value: Any) -> int | list[int]:
     if measurement.spec.kind is MeasurementKind.QUANTILE:
         return vector(value, measurement.spec.grid)
     return int(value) if value is not None else 0
+
+
+def _key_order(key: tuple[Any, ...]) -> tuple[tuple[Any, ...], ...]:
+    """A total order of group keys: NULL first, then by value; a NaN after every number. A column's values have one
+    type, so values of different types meet only beside NULL (or a type's text); these are ordered by type name."""
+    def order(value: Any) -> tuple[Any, ...]:
+        if value is None:
+            return (0,)
+        if isinstance(value, float) and math.isnan(value):
+            return (2, "float")
+        if isinstance(value, int | float):  # bool is an int: True == 1 here, but a column is one type
+            return (1, "number", value)
+        return (1, type(value).__name__, value)
+    return tuple(order(v) for v in key)
 
 
 def _canonical(value: Any) -> Any:

@@ -31,24 +31,53 @@ from dpsql.sql import names
 from dpsql.sql.parse import DIALECT
 
 
-def prepared_rows(table: TablePolicy, source: exp.Expression, salt: int) -> exp.Select:
+def prepared_rows(table: TablePolicy, source: exp.Expression, salt: int, portable: bool = False) -> exp.Select:
     """The SELECT that turns the rows of `source` (read with the declared types) into the prepared table.
 
-    The salt makes each unit's choice of rows unpredictable; the same salt gives the same ranks."""
+    The salt makes each unit's choice of rows unpredictable; the same salt gives the same ranks. `portable`: the
+    row key is `portable_key` and ties are broken by the row's values, so that another engine (Spark) given the
+    same salt ranks every unit's rows exactly as DuckDB does; otherwise DuckDB's own (faster) hash()."""
     kept = cleaned_rows(table, source)
     unit = _column(table.privacy_unit) if table.privacy_unit is not None else exp.Window(this=exp.RowNumber())
     # DuckDB's hash() gives -0.0 and 0.0 one value: two rows of a unit that differ only there would tie, and the
     # rank window would order them as its sort meets them, which follows other units' rows (red team). Each float's
     # sign bit goes into the hash too, so that rows a query can tell apart never share a key (exact duplicates do,
-    # and which of them is kept cannot be seen).
+    # and which of them is kept cannot be seen). The portable key (a fixed bounding seed: tests and benchmarks
+    # only) still ties them: Spark has no signbit, and its division by zero is NULL.
     signs = [exp.Anonymous(this="signbit", expressions=[_column(name)]) for name, column in table.columns.items()
              if column.type is ColumnType.FLOAT]
-    row_hash = exp.Anonymous(this="hash", expressions=[*map(_column, table.columns), *signs,
-                                                       exp.Literal.number(salt)])
+    row_hash = portable_key(table, salt) if portable else exp.Anonymous(
+        this="hash", expressions=[*map(_column, table.columns), *signs, exp.Literal.number(salt)])
     keyed = exp.select("*", exp.alias_(unit, names.UNIT), exp.alias_(row_hash, names.ROW_KEY), copy=False) \
         .from_(kept.subquery(copy=False), copy=False)
-    return exp.select("*", *_ranks(table), *_quantized(table), copy=False).from_(keyed.subquery(copy=False),
-                                                                                copy=False)
+    return exp.select("*", *_ranks(table, portable), *_quantized(table), copy=False).from_(
+        keyed.subquery(copy=False), copy=False)
+
+
+# Floats enter the portable key at this resolution only (2**-20), as an integer: the text of a double differs
+# between engines (DuckDB '10000000.0', Java '1.0E7'), its floor does not. Rows this leaves tied are ordered by
+# their values (`_rank_within_unit`), which both engines sort alike.
+_FLOAT_STEPS = 1 << 20
+_FLOAT_KEYED = 1e12  # beyond it (or for infinities) a float enters the key as 'L' only: the floor must fit a BIGINT
+
+
+def portable_key(table: TablePolicy, salt: int) -> exp.Expression:
+    """md5 of the salt and each declared column's length-prefixed text (NULL as '-'): a secret order of a unit's
+    rows that DuckDB and Spark compute identically (ints, text, booleans and dates have the same text in both)."""
+    parts: list[exp.Expression] = [exp.Literal.string(str(salt))]
+    for name, column in table.columns.items():
+        value = _column(name)
+        if column.type is ColumnType.FLOAT:
+            scaled = exp.Floor(this=exp.Mul(this=value, expression=exp.Literal.number(_FLOAT_STEPS)))
+            text = exp.Case().when(exp.Abs(this=value.copy()) < exp.Literal.number(_FLOAT_KEYED),
+                                   exp.cast(exp.cast(scaled, exp.DataType.Type.BIGINT), exp.DataType.Type.VARCHAR)) \
+                .else_(exp.Literal.string("L"))
+        else:
+            text = exp.cast(value, exp.DataType.Type.VARCHAR)
+        length = exp.cast(exp.Length(this=text.copy()), exp.DataType.Type.VARCHAR)
+        parts.append(exp.Coalesce(this=exp.Concat(expressions=[length, exp.Literal.string(":"), text]),
+                                  expressions=[exp.Literal.string("-")]))
+    return exp.MD5(this=exp.Concat(expressions=parts))
 
 
 def cleaned_rows(table: TablePolicy, source: exp.Expression) -> exp.Select:
@@ -135,10 +164,14 @@ def _cleaned(column: ColumnPolicy) -> exp.Expression:
     return value
 
 
-def _rank_within_unit() -> exp.Window:
-    """Each row's rank among its unit's rows, by the salted hash."""
+def _rank_within_unit(table: TablePolicy, portable: bool) -> exp.Window:
+    """Each row's rank among its unit's rows, by the salted hash (portable: then by the row's values, NULLs first,
+    so that no two rows that differ tie, in either engine)."""
+    order = [exp.Ordered(this=exp.column(names.ROW_KEY))]
+    if portable:
+        order += [exp.Ordered(this=_column(name), nulls_first=True) for name in table.columns]
     return exp.Window(this=exp.RowNumber(), partition_by=[exp.column(names.UNIT)],
-                      order=exp.Order(expressions=[exp.Ordered(this=exp.column(names.ROW_KEY))]))
+                      order=exp.Order(expressions=order))
 
 
 def _rank_among_kept() -> exp.Window:
@@ -147,12 +180,12 @@ def _rank_among_kept() -> exp.Window:
                       order=exp.Order(expressions=[exp.Ordered(this=exp.column(names.RANK))]))
 
 
-def _ranks(table: TablePolicy) -> list[exp.Expression]:
+def _ranks(table: TablePolicy, portable: bool) -> list[exp.Expression]:
     if table.row_privacy:
         return [exp.alias_(exp.Literal.number(1), names.RANK), exp.alias_(exp.Literal.number(1), names.UNIT_ROWS)]
     # 32-bit columns: no unit has 2**31 rows.
     unit_rows = exp.Window(this=exp.Count(this=exp.Star()), partition_by=[exp.column(names.UNIT)])
-    return [exp.alias_(exp.cast(_rank_within_unit(), exp.DataType.Type.INT), names.RANK),
+    return [exp.alias_(exp.cast(_rank_within_unit(table, portable), exp.DataType.Type.INT), names.RANK),
             exp.alias_(exp.cast(unit_rows, exp.DataType.Type.INT), names.UNIT_ROWS)]
 
 

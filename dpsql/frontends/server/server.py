@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dpsql.engines.base import Engine
-from dpsql.engines.duckdb_engine import DuckDBEngine
 from dpsql.errors import Error, ExecutionFailed, NotSupportedError, ProgrammingError
 from dpsql.frontends.explain import explain
 from dpsql.frontends.format import headers, records
@@ -43,7 +42,7 @@ from dpsql.frontends.server.scram import ScramError, ScramExchange, end_point_ha
 from dpsql.frontends.server.statements import split_statements
 from dpsql.frontends.server.users import UserStore, users_path
 from dpsql.policy import Policy
-from dpsql.session import PrivateResult, PrivateSession
+from dpsql.session import PrivateResult, PrivateSession, build_engine
 from dpsql.sql.parse import TextParameter
 from dpsql.store.answers import AnswerStore
 from dpsql.store.ledger import BudgetLedger
@@ -141,7 +140,7 @@ class DpsqlServer:
         if self.policy.answers is not None and self.answers is None:
             self.answers = AnswerStore(self.policy.answers)
         if self.engine is None:
-            self.engine = await asyncio.get_running_loop().run_in_executor(self.executor, DuckDBEngine, self.policy)
+            self.engine = await asyncio.get_running_loop().run_in_executor(self.executor, build_engine, self.policy)
         self._server = await asyncio.start_server(self._accept, self.config.host, self.config.port,
                                                   limit=self.config.max_message + 1024)
         log.info("dpsql server listening on %s:%s", self.config.host, self.port)

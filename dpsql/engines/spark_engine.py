@@ -1,0 +1,264 @@
+"""Stage 5 on Spark: the private tables loaded and prepared by Spark, the bounded SQL run there (`[engine] kind =
+"spark"` in the policy; `pip install 'dpsql[spark]'`, Java 17 from the system).
+
+The engine runs the very SQL the rewrite builds, transpiled by engines/spark_sql.py, which refuses (before the
+charge, from the SQL text alone) whatever it cannot run with DuckDB's exact meaning. The dry run stays on DuckDB:
+an in-memory, locked DuckDB holds empty tables of the prepared tables' columns, so the column types the session
+reads (and post-processes with) are DuckDB's, decided by the schema alone, exactly as with the DuckDB engine.
+
+Tables are read by Spark (CSV as text, then cast with ANSI mode on, so a value that is not of its declared type
+fails the load as DuckDB's typed read does; or Parquet), prepared by bounding.prepared_rows with the portable row
+key (both engines rank a unit's rows alike for the same salt) and cached in Spark's memory. Queries run with ANSI
+mode off (a row's bad cast is NULL, as TRY makes it in DuckDB) on a session of their own whose only tables are the
+prepared temporary views; SQL on files is switched off, the UI too, and the policy can size Spark but not change
+any of that (policy.SPARK_SETTINGS).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import decimal
+import threading
+import uuid
+from typing import Any
+
+from sqlglot import exp
+
+from dpsql.engines import store
+from dpsql.engines.base import Engine
+from dpsql.engines.duckdb_engine import data_version
+from dpsql.engines.spark_sql import refuse, to_spark
+from dpsql.errors import ExecutionFailed, PolicyError, QueryRejected, first_line
+from dpsql.policy import ColumnType, EngineChoice, Policy, TablePolicy
+from dpsql.rewrite.bounding import prepared_rows
+from dpsql.sql import sandbox
+from dpsql.sql.names import prepared_table
+from dpsql.sql.parse import DIALECT
+
+# Set by dpsql, never by the policy: semantics the translation relies on, and the sandbox.
+_FIXED_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.ansi.enabled": "false",
+    "spark.sql.runSQLOnFiles": "false",  # no parquet.`/path` tables
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.catalogImplementation": "in-memory",
+    "spark.sql.caseSensitive": "false",
+}
+_DEFAULT_CONF = {"spark.sql.shuffle.partitions": "8", "spark.driver.bindAddress": "127.0.0.1"}
+_SPARK_TYPES = {ColumnType.INT: "BIGINT", ColumnType.FLOAT: "DOUBLE", ColumnType.TEXT: "STRING",
+                ColumnType.BOOL: "BOOLEAN", ColumnType.DATE: "DATE"}
+# Spark's names of the source types the translation knows, as DuckDB names them.
+_FROM_SPARK = {"TINYINT": "TINYINT", "SMALLINT": "SMALLINT", "INT": "INTEGER", "BIGINT": "BIGINT", "FLOAT": "FLOAT",
+               "DOUBLE": "DOUBLE", "STRING": "VARCHAR", "BOOLEAN": "BOOLEAN", "DATE": "DATE"}
+_INTEGER_RESULTS = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT"}
+_RESULT_TYPES = _INTEGER_RESULTS | {"BOOLEAN", "DOUBLE", "VARCHAR", "DATE", '"NULL"', "NULL"}
+_shared_lock = threading.Lock()
+
+
+def spark_session(choice: EngineChoice) -> Any:
+    """The process's one SparkSession (a SparkContext is one per JVM), built for the policy's master and settings;
+    a second policy asking for another master is refused."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise PolicyError('[engine] kind = "spark" needs PySpark: pip install \'dpsql[spark]\' (and Java 17)') from None
+    from pyspark import SparkContext
+
+    with _shared_lock:
+        running = SparkContext._active_spark_context
+        if running is not None and running.master != choice.master:
+            raise PolicyError(f"[engine] master: this process already runs Spark on {running.master}")
+        builder = SparkSession.builder.master(choice.master).appName("dpsql")
+        for key, value in {**_DEFAULT_CONF, **dict(choice.spark), **_FIXED_CONF}.items():
+            builder = builder.config(key, value)
+        return builder.getOrCreate()
+
+
+class SparkEngine(Engine):
+    """The policy's private tables in Spark, prepared for bounded queries; DuckDB's empty twin for the dry run."""
+
+    def __init__(self, policy: Policy, *, bounding_seed: int | None = None) -> None:
+        self.time_limit = policy.time_limit
+        self.data_version = data_version(policy)
+        self._policy_name = policy.path.name
+        self._lock = threading.Lock()
+        self._spark = spark_session(policy.engine).newSession()  # temporary views of its own
+        for key, value in _FIXED_CONF.items():
+            if not key.startswith("spark.ui") and key != "spark.sql.catalogImplementation":
+                self._spark.conf.set(key, value)
+        self._group: str | None = None  # the job group of the query running, for interrupt()
+        self._translated: dict[str, tuple[str, list[str]]] = {}  # bounded SQL -> (Spark SQL, DuckDB types)
+        self._schema: dict[str, dict[str, str]] = {}
+        self._cached: list[Any] = []
+        salt = store.new_salt(bounding_seed)
+        private = [t for t in policy.tables.values() if not t.public]
+        with sandbox.opened() as twin:
+            for table in private:
+                self._load(table, salt, twin)
+            self._twin = twin
+
+    def _load(self, table: TablePolicy, salt: int, twin: Any) -> None:
+        for name, column in table.columns.items():
+            if column.type not in _SPARK_TYPES:
+                self._fail(table, f"columns.{name}", f"{column.type.value} columns are not supported on Spark")
+        source_view = f"__dp_source_{uuid.uuid4().hex}"
+        self._spark.conf.set("spark.sql.ansi.enabled", "true")  # a value not of its type fails the load
+        try:
+            source_types = self._source(table, source_view)
+            rows = prepared_rows(table, exp.to_table(source_view), salt, portable=True)
+            sql = to_spark(rows.sql(DIALECT), {source_view: source_types}, trusted=True)
+            prepared = self._spark.sql(sql).persist()
+            prepared.count()  # built now, under ANSI mode, not at the first query
+        except PolicyError:
+            raise
+        except QueryRejected as exc:  # a cast of the source's type the translation cannot make exactly
+            self._fail(table, "source", str(exc))
+        except Exception as exc:
+            self._fail(table, "source", f"cannot load {table.source.pattern!r} with the declared column types "
+                                        f"({type(exc).__name__})")
+        finally:
+            self._spark.conf.set("spark.sql.ansi.enabled", "false")
+            self._spark.catalog.dropTempView(source_view)
+        self._cached.append(prepared)
+        name = prepared_table(table.name)
+        prepared.createOrReplaceTempView(name)
+        empty = exp.select(*[exp.alias_(exp.cast(exp.null(), _duckdb_type(c.type)), exp.to_identifier(n, quoted=True))
+                             for n, c in table.columns.items()]).limit(0).subquery("__dp_empty")
+        twin.execute(f"CREATE TABLE {name} AS {prepared_rows(table, empty, 0, portable=True).sql(DIALECT)}")
+        self._schema[name] = {row[0]: row[1] for row in twin.execute(f"DESCRIBE {name}").fetchall()}
+
+    def _source(self, table: TablePolicy, raw_view: str) -> dict[str, str]:
+        """Register the table's source as `raw_view`, with the declared columns only, and return their DuckDB types,
+        which the prepared rows' casts to the declared types are translated from (spark_sql.py: a cast it cannot
+        make exactly as DuckDB does, such as Parquet text to a number, fails the load). CSV is read as text and
+        cast here, in Spark SQL under ANSI mode, so that a value not of its type fails the load as in DuckDB's
+        typed read (Spark SQL on this engine's session: a DataFrame's cast would follow the process's active
+        session's ANSI setting instead)."""
+        kind = table.source.kind
+        if kind == "csv":
+            raw = self._spark.read.options(header=True, escape='"', inferSchema=False).csv(table.source.pattern)
+        elif kind == "parquet":
+            raw = self._spark.read.parquet(table.source.pattern)
+        else:
+            self._fail(table, "source", "a DuckDB database file is not supported on Spark (use CSV or Parquet)")
+        found = {field.name.lower(): field.dataType.simpleString() for field in raw.schema.fields}
+        missing = [name for name in table.columns if name not in found]
+        if missing:
+            self._fail(table, f"columns.{missing[0]}", f"the source has no column '{missing[0]}'")
+        raw.createOrReplaceTempView(f"{raw_view}_file")
+        if kind == "csv":
+            types = {name: _SPARK_TYPES[column.type] for name, column in table.columns.items()}
+        else:
+            types = {name: found[name] for name in table.columns}
+        columns = [exp.alias_(exp.cast(_quoted(name), exp.DataType.build(types[name], dialect="spark")),
+                              _quoted(name).this) for name in table.columns]
+        self._spark.sql(exp.select(*columns).from_(f"{raw_view}_file").sql("spark")).createOrReplaceTempView(raw_view)
+        self._spark.catalog.dropTempView(f"{raw_view}_file")
+        duckdb_types = {}
+        for name, kind_name in types.items():
+            duckdb_type = _FROM_SPARK.get(kind_name.upper())
+            if duckdb_type is None:
+                self._fail(table, f"columns.{name}", f"the source's type {kind_name} is not supported on Spark")
+            duckdb_types[name] = duckdb_type
+        return duckdb_types
+
+    def _fail(self, table: TablePolicy, key: str, problem: str) -> None:
+        raise PolicyError(f"policy {self._policy_name}: table '{table.name}', key '{key}': {problem}")
+
+    def dry_run(self, sql: str) -> list[str]:
+        """The column types, from DuckDB's empty twin tables; and the Spark SQL, translated and analysed by Spark
+        (which reads no row to do it): anything either refuses is a rejection that costs nothing."""
+        with self._lock:
+            try:
+                cursor = self._twin.execute(sql)
+                cursor.fetchall()
+                types = [str(d[1]) for d in cursor.description]
+            except Exception as exc:
+                raise QueryRejected(f"the query does not type-check: {first_line(exc)}") from None
+            # DECIMAL too: Spark's decimal arithmetic chooses other scales than DuckDB's (1.5 against 1.50).
+            unsupported = [t for t in types if t.upper() not in _RESULT_TYPES]
+            if unsupported:
+                raise refuse(f"a result column of type {unsupported[0]}")
+            spark_sql = to_spark(sql, self._schema)
+            try:
+                self._spark.sql(spark_sql)
+            except Exception as exc:
+                raise refuse(f"Spark cannot analyse the translated query ({type(exc).__name__})") from None
+            self._translated[sql] = (spark_sql, types)
+        return types
+
+    def run(self, sql: str) -> list[tuple[Any, ...]]:
+        """The rows on Spark, under the time limit (the job group is cancelled); any failure is ExecutionFailed."""
+        if sql not in self._translated:
+            self.dry_run(sql)
+        spark_sql, types = self._translated[sql]
+        with self._lock:
+            context = self._spark.sparkContext
+            group = self._group = f"dpsql-{uuid.uuid4().hex}"
+            expired = threading.Event()
+
+            def expire() -> None:  # a job not started yet is not cancelled: the flag discards its result then
+                expired.set()
+                context.cancelJobGroup(group)
+
+            timer = threading.Timer(self.time_limit, expire)
+            try:
+                context.setJobGroup(group, "dpsql query", interruptOnCancel=True)
+                timer.start()
+                rows = self._spark.sql(spark_sql).collect()
+                if expired.is_set():
+                    raise ExecutionFailed()
+                return [tuple(_value(v, t) for v, t in zip(row, types, strict=True)) for row in rows]
+            except Exception:
+                raise ExecutionFailed() from None
+            finally:
+                timer.cancel()
+                self._group = None
+
+    def run_public(self, sql: str) -> tuple[list[str], list[str], list[tuple[Any, ...]]]:
+        raise refuse("queries of public tables")
+
+    def describe_public(self, sql: str) -> tuple[list[str], list[str]]:
+        raise refuse("queries of public tables")
+
+    def interrupt(self) -> None:
+        group = self._group
+        if group is not None:
+            self._spark.sparkContext.cancelJobGroup(group)
+
+    def close(self) -> None:
+        with self._lock:
+            for frame in self._cached:
+                with contextlib.suppress(Exception):
+                    frame.unpersist()
+            for name in self._schema:
+                with contextlib.suppress(Exception):
+                    self._spark.catalog.dropTempView(name)
+            self._twin.close()
+
+
+def _quoted(name: str) -> exp.Column:
+    return exp.column(exp.to_identifier(name, quoted=True))
+
+
+def _duckdb_type(kind: ColumnType) -> str:
+    return kind.duckdb
+
+
+def _value(value: Any, duckdb_type: str) -> Any:
+    """A Spark value as the DuckDB engine gives it for that DuckDB type: integers as int (Spark's DECIMAL(38, 0)
+    sums included), a DATE as its text (lossless.py: DuckDB's engine fetches dates as text)."""
+    kind = duckdb_type.upper()
+    if value is None:
+        return None
+    if kind in _INTEGER_RESULTS:
+        if isinstance(value, decimal.Decimal) and value != value.to_integral_value():
+            raise ValueError("an integer column with a fraction")
+        return int(value)
+    if kind == "DOUBLE":
+        return float(value)
+    if kind == "DATE" and isinstance(value, datetime.date):
+        return value.isoformat()
+    return value

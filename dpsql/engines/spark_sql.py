@@ -1,0 +1,205 @@
+"""The bounded SQL (DuckDB's dialect, from rewrite/) as Spark SQL that computes exactly the same rows, or a refusal.
+
+Nothing here reads data: whether a query can run on Spark is decided from its SQL text and the prepared tables'
+column types, so a refusal is a QueryRejected before the charge ("not supported on the Spark engine: ...").
+
+Only an allow-list of SQL nodes passes (`_ALLOWED`), each one checked to mean the same in both engines on every
+value; everything else is refused, which is also what keeps Spark-only functions (reflect, java_method,
+input_file_name) and file tables (parquet.`/x`) out, should one ever get past the checker. The translations:
+- TRY(e) -> e. The checker already made every analyst expression total (TRY is DuckDB's second layer only), and
+  the engine runs Spark with ANSI mode off, where what would still fail (a bad cast, a division by zero) is NULL.
+- HUGEINT (INT128) -> DECIMAL(38, 0); every SUM of integers sums DECIMAL(38, 0) (DuckDB's SUM of integers is a
+  HUGEINT; Spark's SUM of a BIGINT would wrap around on overflow).
+- CAST(double AS integer) rounds half to even in DuckDB and truncates in Spark: it becomes CAST(BROUND(e, 0) ...),
+  and a TRY_CAST is NULL outside the target's range, as in DuckDB.
+- `/` divides as DOUBLE (Spark would divide DECIMAL as DECIMAL); FLOOR and CEIL of a DOUBLE stay DOUBLE.
+- POWER(e, 2) -> e * e (both engines' pow(x, 2) is the correctly rounded x * x; Java's general pow need not be).
+- QUALIFY (Spark 3.5 has none) -> a window column in a subquery, filtered outside it.
+Casts from text, of doubles to text, SUMs of doubles (their rounding depends on the order of addition) and any
+other function are refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
+from sqlglot.optimizer.annotate_types import annotate_types
+from sqlglot.optimizer.qualify import qualify
+
+from dpsql.errors import QueryRejected
+from dpsql.sql.parse import DIALECT
+
+SPARK = "spark"
+# Column name -> DuckDB type, per prepared table name.
+Schema = Mapping[str, Mapping[str, str]]
+
+_ALLOWED = (
+    exp.Select, exp.Union, exp.Subquery, exp.From, exp.Where, exp.Group, exp.Having, exp.Order, exp.Ordered,
+    exp.Alias, exp.TableAlias, exp.Table, exp.Column, exp.Identifier, exp.Star, exp.Literal, exp.Null,
+    exp.Boolean, exp.Paren, exp.Window, exp.RowNumber, exp.Join, exp.Qualify, exp.DataType, exp.In, exp.Between,
+    exp.Is, exp.Not, exp.And, exp.Or, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Add, exp.Sub, exp.Mul,
+    exp.Div, exp.Neg, exp.Mod, exp.Case, exp.If, exp.Coalesce, exp.Greatest, exp.Least, exp.Abs, exp.Floor,
+    exp.Ceil, exp.Cast, exp.TryCast, exp.Try, exp.Count, exp.Sum, exp.Max, exp.Min, exp.Distinct, exp.Pow,
+    exp.Year, exp.Month, exp.Day, exp.Length, exp.Tuple,
+)
+# Built by dpsql itself at load (rewrite/bounding.py), never from an analyst's text.
+_LOAD_ONLY = (exp.MD5, exp.Concat, exp.DPipe, exp.IsNan, exp.Left, exp.Substring)
+_WINDOW_FUNCTIONS = {"dense_rank"}  # the per-group cap's (rewrite/passes.py), parsed as an anonymous function
+_INTEGERS = {exp.DataType.Type.TINYINT, exp.DataType.Type.SMALLINT, exp.DataType.Type.INT,
+             exp.DataType.Type.BIGINT, exp.DataType.Type.INT128}
+_FLOATS = {exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT}
+_RANGES = {exp.DataType.Type.TINYINT: 2 ** 7, exp.DataType.Type.SMALLINT: 2 ** 15, exp.DataType.Type.INT: 2 ** 31,
+           exp.DataType.Type.BIGINT: 2 ** 63, exp.DataType.Type.INT128: 10 ** 38}
+_TEXT = {exp.DataType.Type.VARCHAR, exp.DataType.Type.TEXT}
+_WIDE = exp.DataType.build("DECIMAL(38, 0)")
+
+
+def refuse(what: str) -> QueryRejected:
+    return QueryRejected(f"not supported on the Spark engine: {what}")
+
+
+def to_spark(sql: str, schema: Schema, trusted: bool = False) -> str:
+    """`sql` (DuckDB's dialect) as Spark SQL with the same result, or QueryRejected. `trusted`: SQL built by dpsql
+    at load (the portable key's md5, NaN checks), which may use a few functions more."""
+    try:
+        tree = sqlglot.parse_one(sql, read=DIALECT)
+    except SqlglotError as exc:
+        raise refuse(f"the bounded SQL does not parse ({type(exc).__name__})") from None
+    _vet(tree, schema, trusted)
+    tree = _without_qualify(tree, schema)
+    for node in list(tree.find_all(exp.Try)):
+        node.replace(node.this)
+    for node in list(tree.find_all(exp.Left)):  # the same characters; and sqlglot knows SUBSTRING's type
+        node.replace(exp.Substring(this=node.this, start=exp.Literal.number(1), length=node.expression))
+    try:
+        tree = qualify(tree, schema=_sqlglot_schema(schema), dialect=DIALECT, quote_identifiers=False,
+                       validate_qualify_columns=True)
+        tree = annotate_types(tree, schema=_sqlglot_schema(schema), dialect=DIALECT)
+    except SqlglotError as exc:
+        raise refuse(f"the bounded SQL's types cannot be traced ({type(exc).__name__})") from None
+    # Innermost first: a translation reads its operands' types, kept on each replacement.
+    for node in reversed(list(tree.walk(bfs=False))):
+        translated = _translate(node)
+        if translated is not node:
+            translated.type = node.type
+            if node is tree:
+                tree = translated
+            else:
+                node.replace(translated)
+    return tree.sql(SPARK)
+
+
+def _vet(tree: exp.Expression, schema: Schema, trusted: bool) -> None:
+    allowed = (*_ALLOWED, *_LOAD_ONLY) if trusted else _ALLOWED
+    for node in tree.walk():
+        if isinstance(node, exp.Anonymous):
+            if node.name.lower() not in _WINDOW_FUNCTIONS or not isinstance(node.parent, exp.Window):
+                raise refuse(f"the function {node.name}")
+        elif isinstance(node, exp.Table):
+            if node.args.get("db") or node.args.get("catalog") or not isinstance(node.this, exp.Identifier) \
+                    or node.name not in schema:
+                raise refuse(f"the table {node.sql(DIALECT)}")
+        elif not isinstance(node, allowed):
+            name = node.key.upper() if not isinstance(node, exp.Func) else node.sql_name()
+            raise refuse(f"{name} ({node.sql(DIALECT)[:60]})")
+
+
+def _without_qualify(tree: exp.Expression, schema: Schema) -> exp.Expression:
+    """`SELECT * FROM t AS a WHERE w QUALIFY c` (the filtered cap, rewrite/bounding.py) as a filter on a subquery
+    that computes c's windows as columns, selecting t's columns by name so that the windows do not leak out."""
+    for select in list(tree.find_all(exp.Select)):
+        qualify_clause = select.args.get("qualify")
+        if qualify_clause is None:
+            continue
+        source = select.args["from_"].this
+        if not (isinstance(source, exp.Table) and select.is_star and not select.args.get("joins")):
+            raise refuse("QUALIFY over anything but one table")
+        condition = qualify_clause.this
+        windows = []
+        for i, window in enumerate(list(condition.find_all(exp.Window))):
+            windows.append(exp.alias_(window.copy(), f"__dp_w{i}"))
+            window.replace(exp.column(f"__dp_w{i}"))
+        inner = select.copy()
+        inner.set("qualify", None)
+        inner.select(*windows, copy=False)
+        alias = source.alias_or_name
+        columns = [exp.column(name, alias) for name in schema[source.name]]
+        outer = exp.select(*columns).from_(inner.subquery(alias)).where(condition)
+        select.replace(outer)
+        if select is tree:
+            tree = outer
+    return tree
+
+
+def _translate(node: exp.Expression) -> exp.Expression:
+    if isinstance(node, exp.Cast | exp.TryCast):
+        return _cast(node)
+    if isinstance(node, exp.Sum):
+        kind = _type(node.this)
+        if kind in _FLOATS or kind not in _INTEGERS | {exp.DataType.Type.DECIMAL}:
+            raise refuse(f"a SUM of {kind.value if kind else 'unknown'} values (only integer sums are exact)")
+        return exp.Sum(this=exp.cast(node.this, _WIDE.copy()))
+    if isinstance(node, exp.Div):
+        # DuckDB's `/` divides as DOUBLE whatever the operands; Spark's divides DECIMAL (a HUGEINT here) as DECIMAL.
+        for side in ("this", "expression"):
+            operand = node.args[side]
+            if _type(operand) not in _FLOATS:
+                node.set(side, exp.Cast(this=operand.copy(), to=exp.DataType.build("DOUBLE")))
+        return node
+    if isinstance(node, exp.Floor | exp.Ceil) and _type(node.this) in _FLOATS:
+        # Spark's FLOOR of a DOUBLE is a BIGINT (saturating beyond its range, then wrapping in later arithmetic);
+        # DuckDB's is a DOUBLE. A double of magnitude 2**52 or more is an integer already.
+        rounded = exp.Cast(this=node.copy(), to=exp.DataType.build("DOUBLE"))
+        integral = exp.Abs(this=node.this.copy()) < exp.Literal.number(float(2 ** 52))
+        return exp.Case().when(integral, rounded).else_(node.this.copy())
+    if isinstance(node, exp.Pow):
+        if not (isinstance(node.expression, exp.Literal) and node.expression.name in ("2", "2.0")):
+            raise refuse("POWER other than a square")
+        return exp.Paren(this=exp.Mul(this=exp.Paren(this=node.this.copy()), expression=exp.Paren(
+            this=node.this.copy())))
+    return node
+
+
+def _cast(node: exp.Cast) -> exp.Expression:
+    target = node.to.this
+    source = _type(node.this)
+    trying = isinstance(node, exp.TryCast)
+    to = _WIDE.copy() if target is exp.DataType.Type.INT128 else node.to.copy()
+    if target in _INTEGERS:
+        if source in _INTEGERS or source is exp.DataType.Type.BOOLEAN:
+            return exp.Cast(this=node.this, to=to)
+        if source is exp.DataType.Type.DECIMAL and isinstance(node.this, exp.Literal):
+            # DuckDB rounds a DECIMAL half away from zero, as Spark's ROUND does.
+            return exp.Cast(this=exp.Round(this=node.this, decimals=exp.Literal.number(0)), to=to)
+        if source in _FLOATS:
+            rounded = exp.func("bround", node.this, exp.Literal.number(0))
+            cast = exp.Cast(this=rounded, to=to)
+            if not trying:
+                return cast
+            limit = _RANGES[target]
+            inside = exp.and_(rounded.copy() >= exp.Literal.number(-limit), rounded.copy() < exp.Literal.number(limit))
+            return exp.Case().when(inside, cast)
+    elif target in _FLOATS:
+        if source in _INTEGERS | _FLOATS | {exp.DataType.Type.DECIMAL, exp.DataType.Type.BOOLEAN}:
+            return exp.Cast(this=node.this, to=to)
+    elif target in _TEXT:
+        if source in _INTEGERS | _TEXT | {exp.DataType.Type.BOOLEAN, exp.DataType.Type.DATE}:
+            return exp.Cast(this=node.this, to=to)
+    elif target in (exp.DataType.Type.DATE, exp.DataType.Type.BOOLEAN) and source is target:
+        return exp.Cast(this=node.this, to=to)
+    if source is exp.DataType.Type.NULL or (isinstance(node.this, exp.Null)):
+        return exp.Cast(this=node.this, to=to)
+    raise refuse(f"a cast of {source.value if source else 'an untyped value'} to {node.to.sql(DIALECT)} "
+                 f"({node.this.sql(DIALECT)[:60]})")
+
+
+def _type(node: exp.Expression) -> exp.DataType.Type | None:
+    kind = node.type
+    return None if kind is None or kind.this is exp.DataType.Type.UNKNOWN else kind.this
+
+
+def _sqlglot_schema(schema: Schema) -> dict[str, dict[str, str]]:
+    return {table: dict(columns) for table, columns in schema.items()}

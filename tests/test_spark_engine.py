@@ -1,0 +1,253 @@
+"""The Spark engine ([engine] kind = "spark", engines/spark_engine.py): for the same bounding seed and noise seed it
+releases exactly what the DuckDB engine releases, for each query shape the checker accepts on the sample data; what
+it cannot run identically is refused before the charge; nothing but the prepared tables is reachable.
+
+One SparkSession (local[2], no UI, two shuffle partitions) serves the whole test session: the engines are built once
+per module. CI installs the spark extra (.ci/run), so these tests run there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import duckdb
+import pytest
+
+pytest.importorskip("pyspark")
+
+from benchmarks.support import create_ledger, seeded
+from dpsql.engines.duckdb_engine import DuckDBEngine
+from dpsql.engines.spark_engine import SparkEngine
+from dpsql.engines.spark_sql import to_spark
+from dpsql.errors import ExecutionFailed, PolicyError, ProgrammingError, QueryRejected
+from dpsql.policy import EngineChoice, load_policy
+from dpsql.session import PrivateSession
+from dpsql.sql import names
+from tests.conftest import SAMPLE, copy_visits_data
+
+SEED = 11
+SPARK = EngineChoice("spark", "local[2]", (("spark.sql.shuffle.partitions", "2"),))
+
+# Every shape the checker accepts that the Spark engine runs, on the sample visits/patients data.
+SHAPES = [
+    "SELECT COUNT(*) FROM visits",
+    "SELECT region, COUNT(*), AVG(cost), SUM(length_of_stay) FROM visits GROUP BY region",
+    "SELECT department, sex, COUNT(cost) AS n FROM visits GROUP BY department, sex ORDER BY n DESC LIMIT 5",
+    "SELECT SUM(age * length_of_stay) FROM visits WHERE cost > 10",  # HUGEINT products, the filtered cap
+    "SELECT region, AVG(cost / 100), SUM(CASE WHEN age > 60 THEN 1 ELSE 0 END) FROM visits "
+    "WHERE smoker AND region IN ('north', 'south') GROUP BY region",
+    "SELECT sex, VAR(age), STDDEV(cost), VAR_POP(length_of_stay) FROM visits GROUP BY sex",
+    "SELECT COUNT(DISTINCT department), COUNT(DISTINCT patient_id), APPROX_COUNT_DISTINCT(age) FROM visits",
+    "SELECT MEDIAN(age), QUANTILE_CONT(cost, 0.9), MIN(length_of_stay), MAX(cost) FROM visits",
+    "SELECT region, PERCENTILE_CONT(0.25) WITHIN GROUP (ORDER BY cost) FROM visits WHERE age BETWEEN 20 AND 70 "
+    "GROUP BY region",
+    "SELECT year(visit_date) AS y, month(visit_date) AS m, COUNT(*) FROM visits GROUP BY y, m",  # selection
+    "SELECT visit_date, COUNT(*) FROM visits GROUP BY visit_date HAVING COUNT(*) > 5",  # DATE keys
+    "SELECT CAST(cost / 100 AS INT) AS k, COUNT(*) FROM visits GROUP BY k",  # a double rounded to INT (half even)
+    "SELECT age, COUNT(*) FROM visits WHERE NOT smoker AND cost IS NOT NULL GROUP BY age",
+    "SELECT DISTINCT region, sex FROM visits",
+    "SELECT DISTINCT age % 10 FROM visits",
+    "SELECT abs(age - 50) >= 20 AS far, COUNT(*) FROM visits GROUP BY far",
+    "SELECT p.insurance, COUNT(*), AVG(v.cost) FROM visits v JOIN patients p ON v.patient_id = p.patient_id "
+    "GROUP BY p.insurance",
+    "SELECT COUNT(*), SUM(chronic_conditions), AVG(birth_year) FROM patients WHERE birth_year >= 1960",
+    "SELECT SUM(age * length_of_stay / 7), AVG(floor(cost / 7) * 1000000000000) FROM visits",  # HUGEINT / INT
+]
+# Shapes the Spark engine refuses before the charge: it cannot promise DuckDB's answer for them.
+REFUSED = [
+    ("SELECT COUNT(*) FROM visits WHERE department LIKE 'c%'", "LIKE"),
+    ("SELECT lower(region) AS r, COUNT(*) FROM visits GROUP BY r", "LOWER"),
+    ("SELECT COUNT(*) FROM visits WHERE sqrt(age) > 5", "SQRT"),
+    ("SELECT SUM(ln(cost + 1)) FROM visits", "LN"),
+]
+
+
+def _policy(folder: Path) -> Path:
+    copy_visits_data(folder)
+    text = (SAMPLE / "visits.toml").read_text().replace("epsilon = 50.0", "epsilon = 100000.0")
+    (folder / "visits.toml").write_text(text)
+    return create_ledger(folder / "visits.toml")
+
+
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory):
+    policy = load_policy(_policy(tmp_path_factory.mktemp("spark")))
+    spark = SparkEngine(dataclasses.replace(policy, engine=SPARK), bounding_seed=SEED)
+    duck = DuckDBEngine(policy, bounding_seed=SEED)
+    yield policy, spark, duck
+    spark.close()
+    duck.close()
+
+
+def _answer(policy, engine, sql: str, seed: int):
+    session = PrivateSession(policy, "tester", rng=seeded(seed), engine=engine)
+    try:
+        result = session.execute(sql, epsilon=1.0)
+        return [c.name for c in result.columns], [c.type for c in result.columns], result.rows, result.intervals
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize("sql", SHAPES)
+def test_spark_and_duckdb_release_identical_answers(engines, sql: str) -> None:
+    policy, spark, duck = engines
+    for seed in (1, 2):
+        assert _answer(policy, spark, sql, seed) == _answer(policy, duck, sql, seed)
+
+
+def test_the_exact_measurements_are_identical_and_sums_are_exact_integers(engines) -> None:
+    policy, spark, duck = engines
+    session = PrivateSession(policy, "tester", rng=seeded(1), engine=spark)
+    query = session.prepare("SELECT region, SUM(age * length_of_stay), AVG(cost) FROM visits GROUP BY region")
+    rows = session.measure(query)
+    assert sorted(rows) == sorted(duck.run(query.bounded.sql))
+    assert all(type(v) is int for row in rows for v in row[1:])
+    assert "DECIMAL(38, 0)" in to_spark(query.bounded.sql, spark._schema)  # SUMs in Spark never wrap around
+    session.close()
+
+
+def test_the_prepared_tables_rank_every_unit_alike(engines) -> None:
+    _, spark, duck = engines
+    sql = f"SELECT {names.UNIT}, {names.RANK}, {names.UNIT_ROWS}, region, cost FROM {names.prepared_table('visits')}"
+    assert sorted(spark.run(sql), key=repr) == sorted(duck.run(sql), key=repr)
+
+
+@pytest.mark.parametrize(("sql", "what"), REFUSED)
+def test_what_spark_cannot_run_identically_is_refused_before_the_charge(engines, sql: str, what: str) -> None:
+    policy, spark, _ = engines
+    session = PrivateSession(policy, "tester", rng=seeded(1), engine=spark)
+    before = session.spending().epsilon_spent
+    with pytest.raises(QueryRejected, match=f"not supported on the Spark engine: .*{what}"):
+        session.execute(sql)
+    assert session.spending().epsilon_spent == before
+    session.close()
+
+
+@pytest.mark.parametrize("injected", [
+    "reflect('java.lang.Runtime', 'getRuntime')", "java_method('java.lang.System', 'exit', 0)",
+    "input_file_name()", "current_user()"])
+def test_spark_only_functions_are_refused_in_the_bounded_sql(engines, injected: str) -> None:
+    _, spark, _ = engines
+    sql = f"SELECT COUNT(*) AS __m0 FROM __dp_visits AS visits WHERE {injected} IS NULL"
+    with pytest.raises(QueryRejected, match="not supported on the Spark engine"):
+        to_spark(sql, spark._schema)
+    with pytest.raises(QueryRejected):
+        spark.dry_run(sql)
+
+
+@pytest.mark.parametrize("table", ["parquet.`/etc/passwd`", "csv.`/etc/passwd`", "other.__dp_visits",
+                                   "__dp_source_x", "range(10)"])
+def test_no_file_or_other_table_is_reachable(engines, table: str) -> None:
+    _, spark, _ = engines
+    with pytest.raises(QueryRejected, match="not supported on the Spark engine"):
+        to_spark(f"SELECT COUNT(*) FROM {table}", spark._schema)
+
+
+def test_spark_itself_refuses_sql_on_files(engines, tmp_path) -> None:
+    """Defence in depth: should such a table ever reach Spark, spark.sql.runSQLOnFiles is off."""
+    _, spark, _ = engines
+    (tmp_path / "x.csv").write_text("a\n1\n")
+    with pytest.raises(Exception, match="(?i)(table or view not found|cannot be found|TABLE_OR_VIEW_NOT_FOUND)"):
+        spark._spark.sql(f"SELECT * FROM csv.`{tmp_path / 'x.csv'}`").collect()
+
+
+def test_the_analysts_text_never_reaches_spark_unchecked(engines) -> None:
+    """The checker refuses these first; the allow-list would refuse them again."""
+    policy, spark, _ = engines
+    session = PrivateSession(policy, "tester", rng=seeded(1), engine=spark)
+    before = session.spending().epsilon_spent
+    for sql in ["SELECT COUNT(*) FROM visits WHERE reflect('java.lang.System', 'exit', '0') IS NULL",
+                "SELECT COUNT(*) FROM parquet.`/etc/passwd`", "SELECT * FROM visits"]:
+        with pytest.raises((QueryRejected, ProgrammingError)):  # refused, or not even DuckDB's SQL
+            session.execute(sql)
+    assert session.spending().epsilon_spent == before
+    session.close()
+
+
+def test_a_query_over_the_time_limit_fails_with_the_generic_error(engines) -> None:
+    policy, spark, _ = engines
+    session = PrivateSession(policy, "tester", rng=seeded(1), engine=spark)
+    query = session.prepare("SELECT region, COUNT(*) FROM visits GROUP BY region")
+    limit = spark.time_limit
+    spark.time_limit = 1e-9  # the timer fires before the job can finish: its result is never used
+    try:
+        with pytest.raises(ExecutionFailed):
+            spark.run(query.bounded.sql)
+    finally:
+        spark.time_limit = limit
+    assert len(spark.run(query.bounded.sql)) == 5  # the engine still works
+    session.close()
+
+
+def test_public_tables_are_refused_on_spark(engines) -> None:
+    policy, spark, _ = engines
+    session = PrivateSession(policy, "tester", rng=seeded(1), engine=spark)
+    with pytest.raises(QueryRejected, match="not supported on the Spark engine"):
+        session.execute("SELECT department, beds FROM departments")
+    session.close()
+
+
+def test_a_parquet_source_is_read_by_spark_and_prepared_alike(engines, tmp_path) -> None:
+    """Parquet keeps its own types: a DOUBLE column declared int is rounded half to even, as DuckDB casts it."""
+    _, _, duck = engines
+    path = _policy(tmp_path)
+    halves = "(length_of_stay + 0.5)::DOUBLE AS length_of_stay"
+    duckdb.sql(f"COPY (SELECT * REPLACE ({halves}) FROM '{tmp_path}/visits.csv') "
+               f"TO '{tmp_path}/visits.parquet' (FORMAT PARQUET)")
+    path.write_text(path.read_text().replace('source = "visits.csv"', 'source = "visits.parquet"'))
+    parquet = load_policy(path)
+    spark = SparkEngine(dataclasses.replace(parquet, engine=SPARK), bounding_seed=SEED)
+    from_parquet = DuckDBEngine(parquet, bounding_seed=SEED)
+    sql = (f"SELECT {names.UNIT}, {names.RANK}, length_of_stay, {names.quantized_column('length_of_stay')} "
+           f"FROM {names.prepared_table('visits')}")
+    try:
+        assert sorted(spark.run(sql)) == sorted(from_parquet.run(sql))
+        assert sorted(spark.run(sql)) != sorted(duck.run(sql))  # the .5s did round (half to even)
+    finally:
+        spark.close()
+        from_parquet.close()
+
+
+def test_a_value_not_of_its_declared_type_fails_the_load(tmp_path) -> None:
+    (tmp_path / "t.csv").write_text("pid,v\n1,3\n2,x\n")
+    (tmp_path / "p.toml").write_text(
+        '[budget]\nepsilon = 1.0\n\n[engine]\nkind = "spark"\nmaster = "local[2]"\n\n[tables.t]\nsource = "t.csv"\n'
+        'privacy_unit = "pid"\nmax_rows_per_unit = 1\n\n[tables.t.columns]\npid = { type = "int" }\n'
+        'v = { type = "int", lower = 0, upper = 9 }\n')
+    with pytest.raises(PolicyError, match="table 't', key 'source': cannot load"):
+        SparkEngine(load_policy(tmp_path / "p.toml"))
+
+
+def _engine_policy(tmp_path: Path, engine: str) -> Path:
+    (tmp_path / "t.csv").write_text("pid\n1\n")
+    path = tmp_path / "p.toml"
+    path.write_text(f'[budget]\nepsilon = 1.0\n\n[engine]\n{engine}\n\n[tables.t]\nsource = "t.csv"\n'
+                    'privacy_unit = "pid"\nmax_rows_per_unit = 1\n\n[tables.t.columns]\npid = { type = "int" }\n')
+    return path
+
+
+def test_the_engine_section(tmp_path) -> None:
+    assert load_policy(_engine_policy(tmp_path, "")).engine == EngineChoice()
+    choice = load_policy(_engine_policy(tmp_path, 'kind = "spark"\n[engine.spark]\nspark.driver.memory = "2g"\n'
+                                                  '"spark.sql.shuffle.partitions" = 4\n'
+                                                  'spark.sql.adaptive.enabled = true')).engine
+    assert choice == EngineChoice("spark", "local[*]", (("spark.driver.memory", "2g"),
+                                                        ("spark.sql.adaptive.enabled", "true"),
+                                                        ("spark.sql.shuffle.partitions", "4")))
+
+
+@pytest.mark.parametrize(("engine", "message"), [
+    ('kind = "postgres"', "'postgres' is not an engine"),
+    ('master = "local[2]"', 'key \'master\': is a Spark setting: set kind = "spark"'),
+    ('kind = "spark"\n[engine.spark]\nspark.jars = "/tmp/evil.jar"', "key 'spark.jars': not a Spark setting"),
+    ('kind = "spark"\n[engine.spark]\n"spark.sql.ansi.enabled" = true', "key 'spark.sql.ansi.enabled'"),
+    ('kind = "spark"\n[engine.spark]\n"spark.sql.runSQLOnFiles" = true', "key 'spark.sql.runSQLOnFiles'"),
+    ('kind = "spark"\n[engine.spark]\n"spark.driver.extraJavaOptions" = "-x"', "extraJavaOptions"),
+    ('kind = "spark"\nstore = true', "key 'store': is a DuckDB setting"),
+    ('kind = "spark"\nmemory_limit = "1GB"', "key 'memory_limit': is a DuckDB setting"),
+    ('kind = "spark"\nmaster = " "', "must name a Spark master"),
+])
+def test_bad_engine_sections_are_refused_with_the_key_named(tmp_path, engine: str, message: str) -> None:
+    with pytest.raises(PolicyError, match=message.replace("[", r"\[")):
+        load_policy(_engine_policy(tmp_path, engine))
