@@ -21,6 +21,7 @@ other function are refused.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 import sqlglot
@@ -39,7 +40,8 @@ Schema = Mapping[str, Mapping[str, str]]
 _ALLOWED = (
     exp.Select, exp.Union, exp.Subquery, exp.From, exp.Where, exp.Group, exp.Having, exp.Order, exp.Ordered,
     exp.Alias, exp.TableAlias, exp.Table, exp.Column, exp.Identifier, exp.Star, exp.Literal, exp.Null,
-    exp.Boolean, exp.Paren, exp.Window, exp.RowNumber, exp.Join, exp.Qualify, exp.DataType, exp.In, exp.Between,
+    exp.Boolean, exp.Paren, exp.Window, exp.RowNumber, exp.DenseRank, exp.Join, exp.Qualify, exp.DataType,
+    exp.In, exp.Between,
     exp.Is, exp.Not, exp.And, exp.Or, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Add, exp.Sub, exp.Mul,
     exp.Div, exp.Neg, exp.Mod, exp.Case, exp.If, exp.Coalesce, exp.Greatest, exp.Least, exp.Abs, exp.Floor,
     exp.Ceil, exp.Cast, exp.TryCast, exp.Try, exp.Count, exp.Sum, exp.Max, exp.Min, exp.Distinct, exp.Pow,
@@ -47,7 +49,6 @@ _ALLOWED = (
 )
 # Built by dpsql itself at load (rewrite/bounding.py), never from an analyst's text.
 _LOAD_ONLY = (exp.MD5, exp.Concat, exp.DPipe, exp.IsNan, exp.Left, exp.Substring)
-_WINDOW_FUNCTIONS = {"dense_rank"}  # the per-group cap's (rewrite/passes.py), parsed as an anonymous function
 _INTEGERS = {exp.DataType.Type.TINYINT, exp.DataType.Type.SMALLINT, exp.DataType.Type.INT,
              exp.DataType.Type.BIGINT, exp.DataType.Type.INT128}
 _FLOATS = {exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT}
@@ -95,9 +96,8 @@ def to_spark(sql: str, schema: Schema, trusted: bool = False) -> str:
 def _vet(tree: exp.Expression, schema: Schema, trusted: bool) -> None:
     allowed = (*_ALLOWED, *_LOAD_ONLY) if trusted else _ALLOWED
     for node in tree.walk():
-        if isinstance(node, exp.Anonymous):
-            if node.name.lower() not in _WINDOW_FUNCTIONS or not isinstance(node.parent, exp.Window):
-                raise refuse(f"the function {node.name}")
+        if isinstance(node, exp.Anonymous):  # a function sqlglot does not know (reflect, java_method, ...)
+            raise refuse(f"the function {node.name}")
         elif isinstance(node, exp.Table):
             if node.args.get("db") or node.args.get("catalog") or not isinstance(node.this, exp.Identifier) \
                     or node.name not in schema:
@@ -163,9 +163,21 @@ def _translate(node: exp.Expression) -> exp.Expression:
     return node
 
 
+# Text literals the checker turned into typed constants (`d > '2020-01-01'`), in forms both engines read alike.
+_LITERAL_FORMS = {exp.DataType.Type.DATE: re.compile(r"\d{4}-\d{2}-\d{2}"),
+                  exp.DataType.Type.BIGINT: re.compile(r"[+-]?\d{1,18}"),
+                  exp.DataType.Type.INT: re.compile(r"[+-]?\d{1,9}"),
+                  exp.DataType.Type.DOUBLE: re.compile(r"[+-]?\d{1,15}(\.\d{1,15})?")}
+
+
 def _cast(node: exp.Cast) -> exp.Expression:
     target = node.to.this
     source = _type(node.this)
+    if isinstance(node.this, exp.Literal) and node.this.is_string:
+        form = _LITERAL_FORMS.get(target)
+        if form is None or not form.fullmatch(node.this.name):
+            raise refuse(f"the text {node.this.sql(DIALECT)} as {node.to.sql(DIALECT)}")
+        return exp.Cast(this=node.this, to=node.to.copy())
     trying = isinstance(node, exp.TryCast)
     to = _WIDE.copy() if target is exp.DataType.Type.INT128 else node.to.copy()
     if target in _INTEGERS:
