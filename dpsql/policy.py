@@ -236,9 +236,12 @@ def load_policy(path: str | Path) -> Policy:
     answers_path = None
     if server.get("answers", True) is not False:  # `answers = false`: the server keeps no answers
         answers_path = _server_file(reader, server, "answers", f"{path.stem}.answers.sqlite", path, budget)
-    if choice.kind == "spark" and (store is not None or memory_limit is not None):
-        reader.fail("[engine]", "store" if store is not None else "memory_limit",
-                    "is a DuckDB setting: not supported with kind = \"spark\" (size Spark with [engine.spark])")
+    for key, value in (("memory_limit", memory_limit), ("prepare_memory_limit", prepare_memory_limit)):
+        if choice.kind == "spark" and value is not None:
+            reader.fail("[engine]", key,
+                        "is a DuckDB setting: not supported with kind = \"spark\" (size Spark with [engine.spark])")
+    if choice.kind == "spark" and engine.get("store") is True:  # Spark's store is a folder of Parquet files
+        store = budget.ledger.parent / f"{path.stem}.store.spark"
     return Policy(path, tables, budget, time_limit, users_path, answers_path, store, memory_limit,
                   prepare_memory_limit=prepare_memory_limit or memory_limit, engine=choice)
 

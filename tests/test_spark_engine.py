@@ -254,6 +254,7 @@ def _engine_policy(tmp_path: Path, engine: str) -> Path:
 
 def test_the_engine_section(tmp_path) -> None:
     assert load_policy(_engine_policy(tmp_path, "")).engine == EngineChoice()
+    assert load_policy(_engine_policy(tmp_path, 'kind = "spark"\nstore = true')).store.name == "p.store.spark"
     choice = load_policy(_engine_policy(tmp_path, 'kind = "spark"\n[engine.spark]\nspark.driver.memory = "2g"\n'
                                                   '"spark.sql.shuffle.partitions" = 4\n'
                                                   'spark.sql.adaptive.enabled = true')).engine
@@ -269,10 +270,85 @@ def test_the_engine_section(tmp_path) -> None:
     ('kind = "spark"\n[engine.spark]\n"spark.sql.ansi.enabled" = true', "key 'spark.sql.ansi.enabled'"),
     ('kind = "spark"\n[engine.spark]\n"spark.sql.runSQLOnFiles" = true', "key 'spark.sql.runSQLOnFiles'"),
     ('kind = "spark"\n[engine.spark]\n"spark.driver.extraJavaOptions" = "-x"', "extraJavaOptions"),
-    ('kind = "spark"\nstore = true', "key 'store': is a DuckDB setting"),
     ('kind = "spark"\nmemory_limit = "1GB"', "key 'memory_limit': is a DuckDB setting"),
     ('kind = "spark"\nmaster = " "', "must name a Spark master"),
 ])
 def test_bad_engine_sections_are_refused_with_the_key_named(tmp_path, engine: str, message: str) -> None:
     with pytest.raises(PolicyError, match=message.replace("[", r"\[")):
         load_policy(_engine_policy(tmp_path, engine))
+
+
+def test_per_unit_filters_keep_whole_units_alike(tmp_path) -> None:
+    """Columns declared per_unit (checked at load on Spark too): a filter of them caps by the load-time rank."""
+    policy = load_policy(_policy(tmp_path))
+    text = policy.path.read_text().replace('nullable = false }\nsex = { type = "text", values = ["F", "M"] }',
+                                           'nullable = false, per_unit = true }\n'
+                                           'sex = { type = "text", values = ["F", "M"], per_unit = true }', 1)
+    assert "per_unit = true" in text
+    policy.path.write_text(text)
+    policy = load_policy(policy.path)
+    spark = SparkEngine(dataclasses.replace(policy, engine=SPARK), bounding_seed=SEED)
+    duck = DuckDBEngine(policy, bounding_seed=SEED)
+    sql = "SELECT region, COUNT(*), AVG(cost) FROM visits WHERE age > 30 AND sex = 'F' GROUP BY region"
+    try:
+        expected = _answer(policy, duck, sql, 4)
+        assert expected[2] and _answer(policy, spark, sql, 4) == expected
+    finally:
+        spark.close()
+        duck.close()
+    policy.path.write_text(text.replace('department = { type = "text", values',
+                                        'department = { type = "text", per_unit = true, values'))
+    with pytest.raises(PolicyError, match="key 'columns.department': declared per_unit = true, but some unit"):
+        SparkEngine(dataclasses.replace(load_policy(policy.path), engine=SPARK), bounding_seed=SEED)
+
+
+def _small_policy(folder: Path, rows: str = "pid,v\n1,3\n1,4\n2,5\n") -> Path:
+    (folder / "t.csv").write_text(rows)
+    path = folder / "p.toml"
+    path.write_text('[budget]\nepsilon = 10.0\n\n[engine]\nkind = "spark"\nmaster = "local[2]"\nstore = true\n\n'
+                    '[tables.t]\nsource = "t.csv"\nprivacy_unit = "pid"\nmax_rows_per_unit = 1\n\n'
+                    '[tables.t.columns]\npid = { type = "int" }\nv = { type = "int", lower = 0, upper = 9 }\n')
+    return path
+
+
+def _store_rows(engine: SparkEngine) -> list[tuple]:
+    return sorted(engine.run(f"SELECT {names.UNIT}, {names.RANK}, v FROM {names.prepared_table('t')}"))
+
+
+def test_the_parquet_store_is_built_once_by_spark_and_used_only_for_its_data(tmp_path) -> None:
+    path = _small_policy(tmp_path)
+    folder = tmp_path / "p.store.spark"
+    first = SparkEngine(load_policy(path), bounding_seed=SEED)
+    assert first.store_built and oct(folder.stat().st_mode & 0o777) == "0o700"
+    assert list((folder / "tables" / names.prepared_table("t")).glob("*.parquet"))
+    built = _store_rows(first)
+    first.close()
+    inode = folder.stat().st_ino
+    again = SparkEngine(load_policy(path), bounding_seed=SEED)
+    assert not again.store_built and folder.stat().st_ino == inode and _store_rows(again) == built
+    again.close()
+    other_seed = SparkEngine(load_policy(path), bounding_seed=SEED + 1)  # a store of another salt is never used
+    assert other_seed.store_built
+    other_seed.close()
+    secret = SparkEngine(load_policy(path))
+    assert secret.store_built  # nor one built with a known seed by an engine with a secret salt
+    secret.close()
+    (tmp_path / "t.csv").write_text("pid,v\n1,3\n1,4\n2,5\n3,6\n")  # the source changed: rebuilt
+    changed = SparkEngine(load_policy(path))
+    assert changed.store_built and len(_store_rows(changed)) == 4  # unit 3 is new
+    changed.close()
+
+
+def test_a_readable_or_unfinished_store_is_never_used(tmp_path) -> None:
+    path = _small_policy(tmp_path)
+    folder = tmp_path / "p.store.spark"
+    SparkEngine(load_policy(path), bounding_seed=SEED).close()
+    folder.chmod(0o755)
+    with pytest.raises(PolicyError, match="can be read or written by others"):
+        SparkEngine(load_policy(path), bounding_seed=SEED)
+    folder.chmod(0o700)
+    (folder / "identity.json").unlink()  # as a build that stopped before its identity was written
+    rebuilt = SparkEngine(load_policy(path), bounding_seed=SEED)
+    assert rebuilt.store_built and (folder / "identity.json").exists()
+    rebuilt.close()
+    assert not list(tmp_path.glob(".p.store.spark.*"))  # no building or old folder left behind

@@ -20,6 +20,7 @@ class Engine(ABC):
     # What was loaded, as a fingerprint: the policy's text and each source file's path, size and modification time.
     # Two engines with the same version hold the same data, so an answer already released about it still holds.
     data_version: str
+    store_built: bool = False  # whether constructing this engine built the policy's prepared store
 
     @abstractmethod
     def dry_run(self, sql: str) -> list[str]:

@@ -21,17 +21,19 @@ import datetime
 import decimal
 import threading
 import uuid
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from sqlglot import exp
 
-from dpsql.engines import store
+from dpsql.engines import spark_store, store
 from dpsql.engines.base import Engine
 from dpsql.engines.duckdb_engine import data_version
 from dpsql.engines.spark_sql import refuse, to_spark
 from dpsql.errors import ExecutionFailed, PolicyError, QueryRejected, first_line
 from dpsql.policy import ColumnType, EngineChoice, Policy, TablePolicy
-from dpsql.rewrite.bounding import prepared_rows
+from dpsql.rewrite.bounding import prepared_rows, varying_units
 from dpsql.sql import sandbox
 from dpsql.sql.names import prepared_table
 from dpsql.sql.parse import DIALECT
@@ -73,7 +75,9 @@ def spark_session(choice: EngineChoice) -> Any:
         builder = SparkSession.builder.master(choice.master).appName("dpsql")
         for key, value in {**_DEFAULT_CONF, **dict(choice.spark), **_FIXED_CONF}.items():
             builder = builder.config(key, value)
-        return builder.getOrCreate()
+        session = builder.getOrCreate()
+        session.sparkContext.setLogLevel("ERROR")  # Spark's warnings are not the analyst's business
+        return session
 
 
 class SparkEngine(Engine):
@@ -92,25 +96,48 @@ class SparkEngine(Engine):
         self._translated: dict[str, tuple[str, list[str]]] = {}  # bounded SQL -> (Spark SQL, DuckDB types)
         self._schema: dict[str, dict[str, str]] = {}
         self._cached: list[Any] = []
+        self.store_built = False  # whether this engine had to build the policy's prepared store
         salt = store.new_salt(bounding_seed)
         private = [t for t in policy.tables.values() if not t.public]
+        for table in private:
+            for name, column in table.columns.items():
+                if column.type not in _SPARK_TYPES:
+                    self._fail(table, f"columns.{name}", f"{column.type.value} columns are not supported on Spark")
+        if policy.store is None:
+            frames = {t.name: self._prepared(t, salt, lambda frame: frame.persist().count()) for t in private}
+            self._cached = list(frames.values())
+        else:
+            frames = self._from_store(policy.store, private, spark_store.identity(
+                self.data_version, bounding_seed, self._spark.version), salt)
         with sandbox.opened() as twin:
             for table in private:
-                self._load(table, salt, twin)
+                self._register(table, frames[table.name], twin)
             self._twin = twin
 
-    def _load(self, table: TablePolicy, salt: int, twin: Any) -> None:
-        for name, column in table.columns.items():
-            if column.type not in _SPARK_TYPES:
-                self._fail(table, f"columns.{name}", f"{column.type.value} columns are not supported on Spark")
+    def _from_store(self, path: Path, private: list[TablePolicy], wanted: store.Identity, salt: int) -> dict[str, Any]:
+        """The prepared tables read from the Parquet store (engines/spark_store.py), built first if it is missing or
+        was built for other data."""
+        if not spark_store.ready(path, wanted):
+            writers = {}
+            for table in private:
+                def write(target: Path, table: TablePolicy = table) -> None:
+                    self._prepared(table, salt, lambda frame: frame.write.mode("error").parquet(str(target)))
+                writers[prepared_table(table.name)] = write
+            spark_store.build(path, wanted, writers)
+            self.store_built = True
+        return {t.name: self._spark.read.parquet(str(spark_store.table_path(path, prepared_table(t.name))))
+                for t in private}
+
+    def _prepared(self, table: TablePolicy, salt: int, materialize: Callable[[Any], object]) -> Any:
+        """The table's prepared rows as a Spark DataFrame, materialized (cached, or written to the store) while ANSI
+        mode is on, so that a value that is not of its declared type fails the load."""
         source_view = f"__dp_source_{uuid.uuid4().hex}"
-        self._spark.conf.set("spark.sql.ansi.enabled", "true")  # a value not of its type fails the load
+        self._spark.conf.set("spark.sql.ansi.enabled", "true")
         try:
             source_types = self._source(table, source_view)
             rows = prepared_rows(table, exp.to_table(source_view), salt, portable=True)
-            sql = to_spark(rows.sql(DIALECT), {source_view: source_types}, trusted=True)
-            prepared = self._spark.sql(sql).persist()
-            prepared.count()  # built now, under ANSI mode, not at the first query
+            prepared = self._spark.sql(to_spark(rows.sql(DIALECT), {source_view: source_types}, trusted=True))
+            materialize(prepared)
         except PolicyError:
             raise
         except QueryRejected as exc:  # a cast of the source's type the translation cannot make exactly
@@ -121,13 +148,29 @@ class SparkEngine(Engine):
         finally:
             self._spark.conf.set("spark.sql.ansi.enabled", "false")
             self._spark.catalog.dropTempView(source_view)
-        self._cached.append(prepared)
+        return prepared
+
+    def _register(self, table: TablePolicy, prepared: Any, twin: Any) -> None:
+        """The prepared rows as the view the rewrite reads, its empty twin in DuckDB, and the per_unit check."""
         name = prepared_table(table.name)
         prepared.createOrReplaceTempView(name)
         empty = exp.select(*[exp.alias_(exp.cast(exp.null(), _duckdb_type(c.type)), exp.to_identifier(n, quoted=True))
                              for n, c in table.columns.items()]).limit(0).subquery("__dp_empty")
         twin.execute(f"CREATE TABLE {name} AS {prepared_rows(table, empty, 0, portable=True).sql(DIALECT)}")
         self._schema[name] = {row[0]: row[1] for row in twin.execute(f"DESCRIBE {name}").fetchall()}
+        self._check_per_unit(table, name)
+
+    def _check_per_unit(self, table: TablePolicy, name: str) -> None:
+        """A column declared per_unit must have one value in each unit, as DuckDB's load checks (engines/loading.py):
+        the rewrite then caps before a filter of such columns."""
+        if table.row_privacy:
+            return
+        for column in table.columns.values():
+            if column.per_unit:
+                check = to_spark(varying_units(table, name, column).sql(DIALECT), self._schema, trusted=True)
+                if self._spark.sql(check).collect()[0][0]:
+                    self._fail(table, f"columns.{column.name}", "declared per_unit = true, but some unit has "
+                                                               "different values (or NULL and a value) in it")
 
     def _source(self, table: TablePolicy, raw_view: str) -> dict[str, str]:
         """Register the table's source as `raw_view`, with the declared columns only, and return their DuckDB types,

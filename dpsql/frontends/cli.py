@@ -180,14 +180,14 @@ def budget(policy: Path, analyst: str | None, history: bool, init: bool) -> None
 def prepare(policy: Path) -> None:
     """Build the policy's prepared store ([engine] store) if it is missing or stale: queries then attach it instead
     of loading every source again. The steward runs it after the data change (a query would otherwise build it)."""
-    from dpsql.engines.duckdb_engine import DuckDBEngine
+    from dpsql.session import build_engine
 
     loaded = load_policy(policy)
     if loaded.store is None:
         raise PolicyError(f"policy {loaded.path.name}: key '[engine] store': not set, so every query loads the "
                           f"sources itself; set `store = true` (beside the ledger) or a file name to prepare them")
     started = time.monotonic()
-    engine = DuckDBEngine(loaded)
+    engine = build_engine(loaded)  # DuckDB's store file, or Spark's folder of Parquet ([engine] kind)
     engine.close()
     done = "built" if engine.store_built else "ready (already built for these sources and this policy)"
     click.echo(f"prepared store {loaded.store}: {done}" + (f" in {time.monotonic() - started:.1f} s"
