@@ -204,6 +204,25 @@ def test_a_query_over_the_time_limit_fails_with_the_generic_error(engines) -> No
     session.close()
 
 
+def test_an_interrupted_query_fails_with_the_generic_error(engines, monkeypatch: pytest.MonkeyPatch) -> None:
+    """interrupt() while the query runs (here: between its analysis and its job): its result is never used."""
+    _, spark, _ = engines
+    sql = f"SELECT COUNT(*) AS n FROM {names.prepared_table('visits')}"
+    analysed = spark._spark.sql
+
+    def analysed_then_interrupted(text: str):
+        frame = analysed(text)
+        spark.interrupt()
+        return frame
+
+    monkeypatch.setattr(spark._spark, "sql", analysed_then_interrupted)
+    with pytest.raises(ExecutionFailed):
+        spark.run(sql)
+    monkeypatch.undo()
+    assert spark.run(sql)[0][0] > 0
+    spark.interrupt()  # nothing running: nothing happens
+
+
 def test_public_tables_are_refused_on_spark(engines) -> None:
     policy, spark, _ = engines
     session = PrivateSession(policy, "tester", rng=seeded(1), engine=spark)

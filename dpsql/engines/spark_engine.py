@@ -92,7 +92,7 @@ class SparkEngine(Engine):
         for key, value in _FIXED_CONF.items():
             if not key.startswith("spark.ui") and key != "spark.sql.catalogImplementation":
                 self._spark.conf.set(key, value)
-        self._group: str | None = None  # the job group of the query running, for interrupt()
+        self._stop: Callable[[], None] | None = None  # stops the query running (time limit, interrupt())
         self._translated: dict[str, tuple[str, list[str]]] = {}  # bounded SQL -> (Spark SQL, DuckDB types)
         self._schema: dict[str, dict[str, str]] = {}
         self._cached: list[Any] = []
@@ -239,26 +239,27 @@ class SparkEngine(Engine):
         spark_sql, types = self._translated[sql]
         with self._lock:
             context = self._spark.sparkContext
-            group = self._group = f"dpsql-{uuid.uuid4().hex}"
-            expired = threading.Event()
+            group = f"dpsql-{uuid.uuid4().hex}"
+            stopped = threading.Event()
 
-            def expire() -> None:  # a job not started yet is not cancelled: the flag discards its result then
-                expired.set()
+            def stop() -> None:  # a job not started yet is not cancelled: the flag discards its result then
+                stopped.set()
                 context.cancelJobGroup(group)
 
-            timer = threading.Timer(self.time_limit, expire)
+            timer = threading.Timer(self.time_limit, stop)
+            self._stop = stop
             try:
                 context.setJobGroup(group, "dpsql query", interruptOnCancel=True)
                 timer.start()
                 rows = self._spark.sql(spark_sql).collect()
-                if expired.is_set():
+                if stopped.is_set():
                     raise ExecutionFailed()
                 return [tuple(_value(v, t) for v, t in zip(row, types, strict=True)) for row in rows]
             except Exception:
                 raise ExecutionFailed() from None
             finally:
                 timer.cancel()
-                self._group = None
+                self._stop = None
 
     def run_public(self, sql: str) -> tuple[list[str], list[str], list[tuple[Any, ...]]]:
         raise refuse("queries of public tables")
@@ -267,9 +268,9 @@ class SparkEngine(Engine):
         raise refuse("queries of public tables")
 
     def interrupt(self) -> None:
-        group = self._group
-        if group is not None:
-            self._spark.sparkContext.cancelJobGroup(group)
+        stop = self._stop
+        if stop is not None:
+            stop()
 
     def close(self) -> None:
         with self._lock:
