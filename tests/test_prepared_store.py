@@ -167,8 +167,8 @@ def test_the_build_has_a_memory_limit_of_its_own(tmp_path, monkeypatch) -> None:
     """A build sorts the whole table; a query reads a few columns: the steward may give them different limits."""
     seen: list[dict[str, str]] = []
     real_build = store.build
-    monkeypatch.setattr(store, "build", lambda path, policy, wanted, salt, config: (
-        seen.append(dict(config)), real_build(path, policy, wanted, salt, config)))
+    monkeypatch.setattr(store, "build", lambda path, policy, wanted, salt, config, *rest: (
+        seen.append(dict(config)), real_build(path, policy, wanted, salt, config, *rest)))
     engine = _engine(_policy(tmp_path, engine='store = true\nmemory_limit = "48MB"\nprepare_memory_limit = "1GB"'))
     try:
         limit = engine._con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
