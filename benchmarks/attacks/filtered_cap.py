@@ -26,7 +26,7 @@ from benchmarks.attacks.script import options, scratch
 from benchmarks.support import Budget, Table, column, open_session, write_dataset
 from dpsql.errors import Error
 from dpsql.rewrite import passes
-from dpsql.session import PrivateSession
+from dpsql.session import PreparedQuery, PrivateSession
 from dpsql.sql import names
 from dpsql.sql.parse import DIALECT
 
@@ -204,12 +204,19 @@ def _group(values: tuple) -> tuple:
                  for v in values)
 
 
-def run_per_group_case(sessions: dict[str, PrivateSession], sql: str, summary: Summary) -> None:
+def _accepted(sessions: dict[str, PrivateSession], sql: str, summary: Summary) -> PreparedQuery | None:
+    """The query prepared on the base world, counted as a case (and as refused when it is)."""
     summary.cases += 1
     try:
-        prepared = sessions["base"].prepare(sql, epsilon=1.0)
+        return sessions["base"].prepare(sql, epsilon=1.0)
     except Error:
         summary.refused += 1
+        return None
+
+
+def run_per_group_case(sessions: dict[str, PrivateSession], sql: str, summary: Summary) -> None:
+    prepared = _accepted(sessions, sql, summary)
+    if prepared is None:
         return
     mine = per_group_kept(prepared.plan)
     for world, session in sessions.items():
@@ -253,11 +260,8 @@ def kept_content(session: PrivateSession, mine: str) -> dict[int, list[str]]:
 
 
 def run_case(sessions: dict[str, PrivateSession], sql: str, summary: Summary) -> None:
-    summary.cases += 1
-    try:
-        prepared = sessions["base"].prepare(sql, epsilon=1.0)
-    except Error:
-        summary.refused += 1
+    prepared = _accepted(sessions, sql, summary)
+    if prepared is None:
         return
     plan = prepared.plan
     mine, reference = kept_rows(plan), reference_rows(plan)
