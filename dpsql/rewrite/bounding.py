@@ -42,8 +42,7 @@ def prepared_rows(table: TablePolicy, source: exp.Expression, salt: int, portabl
     # DuckDB's hash() gives -0.0 and 0.0 one value: two rows of a unit that differ only there would tie, and the
     # rank window would order them as its sort meets them, which follows other units' rows (red team). Each float's
     # sign bit goes into the hash too, so that rows a query can tell apart never share a key (exact duplicates do,
-    # and which of them is kept cannot be seen). The portable key (a fixed bounding seed: tests and benchmarks
-    # only) still ties them: Spark has no signbit, and its division by zero is NULL.
+    # and which of them is kept cannot be seen). The portable key (a fixed bounding seed) keys a zero by its text.
     signs = [exp.Anonymous(this="signbit", expressions=[_column(name)]) for name, column in table.columns.items()
              if column.type is ColumnType.FLOAT]
     row_hash = portable_key(table, salt) if portable else exp.Anonymous(
@@ -68,9 +67,12 @@ def portable_key(table: TablePolicy, salt: int) -> exp.Expression:
     for name, column in table.columns.items():
         value = _column(name)
         if column.type is ColumnType.FLOAT:
+            # A zero enters as its text, '0.0' or '-0.0' in both engines: a query tells them apart, so their rows
+            # must not tie (the red team's -0.0 finding, test_zero_sign_ties.py).
             scaled = exp.Floor(this=exp.Mul(this=value, expression=exp.Literal.number(_FLOAT_STEPS)))
-            text = exp.Case().when(exp.Abs(this=value.copy()) < exp.Literal.number(_FLOAT_KEYED),
-                                   exp.cast(exp.cast(scaled, exp.DataType.Type.BIGINT), exp.DataType.Type.VARCHAR)) \
+            text = exp.Case().when(value.copy().eq(0), exp.cast(value.copy(), exp.DataType.Type.VARCHAR)) \
+                .when(exp.Abs(this=value.copy()) < exp.Literal.number(_FLOAT_KEYED),
+                      exp.cast(exp.cast(scaled, exp.DataType.Type.BIGINT), exp.DataType.Type.VARCHAR)) \
                 .else_(exp.Literal.string("L"))
         else:
             text = exp.cast(value, exp.DataType.Type.VARCHAR)

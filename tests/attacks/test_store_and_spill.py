@@ -190,8 +190,8 @@ def test_a_store_prepared_by_other_load_logic_is_rebuilt(tmp_path, monkeypatch) 
     DuckDBEngine(load_policy(policy), bounding_seed=3).close()
     assert not DuckDBEngine(load_policy(policy), bounding_seed=3).store_built
     original = bounding._ranks
-    monkeypatch.setattr(bounding, "_ranks", lambda table: [*original(table), exp.alias_(exp.Literal.number(1),
-                                                                                          "__dp_extra")])
+    monkeypatch.setattr(bounding, "_ranks", lambda table, *rest: [*original(table, *rest), exp.alias_(
+        exp.Literal.number(1), "__dp_extra")])
     changed = DuckDBEngine(load_policy(policy), bounding_seed=3)
     try:
         assert changed.store_built, "a store prepared by other load logic was used"
