@@ -108,7 +108,7 @@ class SparkEngine(Engine):
             self._cached = list(frames.values())
         else:
             frames = self._from_store(policy.store, private, spark_store.identity(
-                self.data_version, bounding_seed, self._spark.version), salt)
+                self.data_version, bounding_seed, self._spark.version, store.load_sql(policy, portable=True)), salt)
         with sandbox.opened() as twin:
             for table in private:
                 self._register(table, frames[table.name], twin)

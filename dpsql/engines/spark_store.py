@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -23,8 +21,10 @@ SPARK_STORE_FORMAT = 1
 _IDENTITY = "identity.json"
 
 
-def identity(data_version: str, bounding_seed: int | None, spark_version: str) -> store.Identity:
-    return store.identity(f"{data_version}|spark {spark_version}|{SPARK_STORE_FORMAT}", bounding_seed)
+def identity(data_version: str, bounding_seed: int | None, spark_version: str, load: str) -> store.Identity:
+    """As the DuckDB store's (`store.identity`), with Spark's version and `load`, the SQL that prepares the tables
+    (`store.load_sql`): a store prepared by other load logic is rebuilt, not used."""
+    return store.identity(f"{data_version}|spark {spark_version}|{SPARK_STORE_FORMAT}", bounding_seed, load)
 
 
 def ready(path: Path, wanted: store.Identity) -> bool:
@@ -44,20 +44,16 @@ def table_path(path: Path, name: str) -> Path:
 
 
 def build(path: Path, wanted: store.Identity, tables: Mapping[str, Callable[[Path], None]]) -> None:
-    """Write each prepared table (a function that writes it as Parquet where it is told), then the identity, into
-    a private temporary folder, and put that folder in the store's place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".building", dir=path.parent))  # mode 0700
-    try:
+    """Write each prepared table (a function that writes it as Parquet where it is told), then the identity, in a
+    private building folder (`store.building_folder`, which also removes what killed builds left), and put the
+    finished store in its place. A folder cannot replace a non-empty one: an old store first moves into the building
+    folder, which is removed with it."""
+    with store.building_folder(path) as building:
+        built = building / "store"
+        built.mkdir(mode=0o700)  # the store's own mode: only its owner may read what Spark writes in it
         for name, write in tables.items():
-            write(table_path(building, name))
-        (building / _IDENTITY).write_text(json.dumps({"fingerprint": wanted.fingerprint, "salt": wanted.salt}))
-        old = None
-        if path.exists():  # a directory cannot replace a non-empty one: the old store steps aside first
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
-            os.replace(path, old / "store")
-        os.replace(building, path)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
+            write(table_path(built, name))
+        (built / _IDENTITY).write_text(json.dumps({"fingerprint": wanted.fingerprint, "salt": wanted.salt}))
+        if path.exists():
+            os.replace(path, building / "old")
+        os.replace(built, path)

@@ -15,6 +15,7 @@ crash leaves the old store (which no longer matches, so it is rebuilt) or none, 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import glob
 import hashlib
@@ -24,6 +25,7 @@ import shutil
 import stat
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,18 +108,8 @@ def matches(con: duckdb.DuckDBPyConnection, wanted: Identity) -> bool:
 
 def build(path: Path, policy: Policy, wanted: Identity, salt: int, config: dict[str, str],
           portable: bool = False) -> None:
-    """Build the store for `policy` at `path` (replacing any older one), atomically.
-
-    The build happens in a private folder beside the store, which holds a partial copy of the data until it is
-    renamed into place. A build killed mid-way (kill -9, the OOM killer) cannot remove its folder; the next build
-    does: each live build holds an exclusive lock on its folder's lock file, which the kernel drops with the
-    process, so a folder whose lock can be taken belongs to no running build (red team)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _remove_abandoned_builds(path)
-    building = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=_BUILDING, dir=path.parent))  # mode 0700
-    lock = os.open(building / _BUILD_LOCK, os.O_WRONLY | os.O_CREAT, 0o600)
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    try:
+    """Build the store for `policy` at `path` (replacing any older one), atomically."""
+    with building_folder(path) as building:
         target = building / path.name
         progress = {"enable_progress_bar": "true"} if sys.stderr.isatty() else {}
         with sandbox.opened({**config, **progress}, database=str(target)) as con:
@@ -131,18 +123,35 @@ def build(path: Path, policy: Policy, wanted: Identity, salt: int, config: dict[
         con.close()
         os.chmod(target, 0o600)
         os.replace(target, path)
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
-        os.close(lock)  # after the folder is gone: until then no other build may take it for abandoned
 
 
 _BUILDING = ".building"
 _BUILD_LOCK = "build.lock"
 
 
+@contextlib.contextmanager
+def building_folder(path: Path) -> Iterator[Path]:
+    """A private folder (mode 0700) beside the store at `path` to build it in, removed with what is left in it when
+    the block ends; the build renames what it made into place.
+
+    Until then the folder holds a partial copy of the data. A build killed mid-way (kill -9, the OOM killer) cannot
+    remove its folder; the next build does: each live build holds an exclusive lock on its folder's lock file,
+    which the kernel drops with the process, so a folder whose lock can be taken belongs to no running build."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_abandoned_builds(path)
+    building = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=_BUILDING, dir=path.parent))
+    lock = os.open(building / _BUILD_LOCK, os.O_WRONLY | os.O_CREAT, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        yield building
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+        os.close(lock)  # after the folder is gone: until then no other build may take it for abandoned
+
+
 def _remove_abandoned_builds(path: Path) -> None:
-    """Remove the building folders beside `path` whose build's process has died (see `build`). A folder without a
-    lock file yet (its build is starting) or whose lock is held is left alone."""
+    """Remove the building folders beside `path` whose build's process has died (see `building_folder`). A folder
+    without a lock file yet (its build is starting) or whose lock is held is left alone."""
     for folder in path.parent.glob(f".{glob.escape(path.name)}.*{_BUILDING}"):
         try:
             lock = os.open(folder / _BUILD_LOCK, os.O_RDONLY)
