@@ -92,11 +92,16 @@ def engines(tmp_path_factory):
 def test_per_group_bounds_are_enforced_alike(tmp_path, sql: str) -> None:
     """max_groups_per_unit and max_rows_per_group: the per-group cap orders a unit's rows by the row key."""
     policy = load_policy(_policy(tmp_path, "max_groups_per_unit = 2\nmax_rows_per_group = 1"))
+    _assert_same_answer(policy, sql, 3)
+
+
+def _assert_same_answer(policy, sql: str, seed: int) -> None:
+    """The answer on engines of each kind built for `policy` (the same bounding seed): not empty, and identical."""
     spark = SparkEngine(dataclasses.replace(policy, engine=SPARK), bounding_seed=SEED)
     duck = DuckDBEngine(policy, bounding_seed=SEED)
     try:
-        expected = _answer(policy, duck, sql, 3)
-        assert expected[2] and _answer(policy, spark, sql, 3) == expected
+        expected = _answer(policy, duck, sql, seed)
+        assert expected[2] and _answer(policy, spark, sql, seed) == expected
     finally:
         spark.close()
         duck.close()
@@ -308,15 +313,8 @@ def test_per_unit_filters_keep_whole_units_alike(tmp_path) -> None:
     assert "per_unit = true" in text
     policy.path.write_text(text)
     policy = load_policy(policy.path)
-    spark = SparkEngine(dataclasses.replace(policy, engine=SPARK), bounding_seed=SEED)
-    duck = DuckDBEngine(policy, bounding_seed=SEED)
-    sql = "SELECT region, COUNT(*), AVG(cost) FROM visits WHERE age > 30 AND sex = 'F' GROUP BY region"
-    try:
-        expected = _answer(policy, duck, sql, 4)
-        assert expected[2] and _answer(policy, spark, sql, 4) == expected
-    finally:
-        spark.close()
-        duck.close()
+    _assert_same_answer(policy, "SELECT region, COUNT(*), AVG(cost) FROM visits WHERE age > 30 AND sex = 'F' "
+                                "GROUP BY region", 4)
     policy.path.write_text(text.replace('department = { type = "text", values',
                                         'department = { type = "text", per_unit = true, values'))
     with pytest.raises(PolicyError, match="key 'columns.department': declared per_unit = true, but some unit"):

@@ -18,12 +18,15 @@ from benchmarks.attacks.filtered_cap import (
 CASES, SEED = 120, 11
 
 
-@pytest.fixture(scope="module")
-def sessions(tmp_path_factory: pytest.TempPathFactory):
-    opened = open_worlds(tmp_path_factory.mktemp("filtered_cap"), SEED)
+def _closed_after(opened: dict):
     yield opened
     for session in opened.values():
         session.close()
+
+
+@pytest.fixture(scope="module")
+def sessions(tmp_path_factory: pytest.TempPathFactory):
+    yield from _closed_after(open_worlds(tmp_path_factory.mktemp("filtered_cap"), SEED))
 
 
 def test_the_cap_keeps_the_first_m_passing_rows_of_each_unit_in_every_world(sessions) -> None:
@@ -44,10 +47,7 @@ def test_the_reference_can_tell_a_wrong_cap(sessions) -> None:
 
 @pytest.fixture(scope="module")
 def per_group_sessions(tmp_path_factory: pytest.TempPathFactory):
-    opened = open_per_group_worlds(tmp_path_factory.mktemp("per_group_cap"), SEED)
-    yield opened
-    for session in opened.values():
-        session.close()
+    yield from _closed_after(open_per_group_worlds(tmp_path_factory.mktemp("per_group_cap"), SEED))
 
 
 def test_the_per_group_cap_keeps_r_rows_in_k_groups_chosen_by_the_units_own_hashes(per_group_sessions) -> None:
