@@ -33,7 +33,7 @@ from dpsql.policy import Policy
 from dpsql.sql import sandbox
 from dpsql.sql.names import TWIN_SCHEMA
 
-STORE_FORMAT = 1
+STORE_FORMAT = 2  # 2: the prepared tables have the known flags and the varies mask (rewrite/bounding.py)
 _IDENTITY_TABLE = "__dp_store_identity"
 
 

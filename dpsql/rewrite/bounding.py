@@ -9,14 +9,19 @@ NULL (NaN sorts above every number, so it would slip through comparisons and cla
 declared maximum length (the checker's per-row cost bound relies on it), and rows without a privacy unit or
 with NULL in a column declared `nullable = false` are dropped. Then each row gets a secret salted hash of its
 values (`__dp_key`), its rank within its unit by that hash (`__dp_rank`), the unit's row count (`__dp_n`), and
-each bounded column its clamped fixed-point integer (`__dp_q_<col>`, see dp/fixedpoint.py). Queries then only
-filter, so they do not sort the table per person each time.
+each bounded column its clamped fixed-point integer (`__dp_q_<col>`, see dp/fixedpoint.py); each text or integer
+column with declared values a flag that the row's value is one of them (`__dp_known_<col>`), and the row a bit
+mask of the columns (and known flags) that hold more than one value among its unit's rows (`__dp_varies`). The
+rows of units with more than m rows are stored last. Queries then only filter, so they do not sort the table per
+person each time.
 
 At query time (`cap_rows`): a query without a row filter keeps `__dp_rank <= m`. A query with a filter caps
-*after* filtering (the filter is row-local, so this still depends only on the unit's rows), ranking again, in
-the load-time order, only the rows after the m-th of units with more than m rows in all; unless the filter
-reads only columns declared `per_unit` (the same value on every row of a unit, checked at load by
-`varying_units`): it then keeps whole units, and `__dp_rank <= m` is the same cap at the cost of a filter.
+*after* filtering (the filter is row-local, so this still depends only on the unit's rows): rows among the first
+m of their unit are kept if they pass, and only the units with more than m rows whose filter columns vary among
+their rows are ranked again, in the load-time order (a unit whose filter columns hold one value passes all its
+rows or none). Unless the filter reads only columns declared `per_unit` (the same value on every row of a unit,
+checked at load by `varying_units`): it then keeps whole units, and `__dp_rank <= m` is the same cap at the cost
+of a filter.
 
 Everything here is a sqlglot tree; the engine decides how the source is read and where the result is stored.
 """
@@ -28,7 +33,7 @@ from sqlglot import exp
 from dpsql.dp.fixedpoint import fixed_point
 from dpsql.policy import ColumnPolicy, ColumnType, TablePolicy
 from dpsql.sql import names
-from dpsql.sql.parse import DIALECT
+from dpsql.sql.parse import DIALECT, literal
 
 
 def prepared_rows(table: TablePolicy, source: exp.Expression, salt: int) -> exp.Select:
@@ -40,8 +45,14 @@ def prepared_rows(table: TablePolicy, source: exp.Expression, salt: int) -> exp.
     row_hash = exp.Anonymous(this="hash", expressions=[*map(_column, table.columns), exp.Literal.number(salt)])
     keyed = exp.select("*", exp.alias_(unit, names.UNIT), exp.alias_(row_hash, names.ROW_KEY), copy=False) \
         .from_(kept.subquery(copy=False), copy=False)
-    return exp.select("*", *_ranks(table), *_quantized(table), copy=False).from_(keyed.subquery(copy=False),
-                                                                                copy=False)
+    prepared = exp.select("*", *_ranks(table), *_quantized(table), *_known(table), *_varies(table), copy=False) \
+        .from_(keyed.subquery(copy=False), copy=False)
+    if table.row_privacy:
+        return prepared
+    # Stored with the rows of units over the bound last: the filtered cap's second part reads only those, and
+    # DuckDB skips the row groups (of about 122,880 rows) whose __dp_n all lie at or below it. Speed only: no
+    # answer depends on the order of the rows.
+    return prepared.order_by(exp.column(names.UNIT_ROWS) > table.bound.max_rows, copy=False)
 
 
 def cleaned_rows(table: TablePolicy, source: exp.Expression) -> exp.Select:
@@ -75,24 +86,57 @@ def cap_rows(tree: exp.Select, table: TablePolicy, max_rows: int, prepared: str,
     where = tree.args.get("where")
     if where is None or whole_units:
         return tree.where(exp.column(names.RANK, alias) <= max_rows, copy=False)
+    passes = where.this
+
     def kept(*conditions: exp.Expression) -> exp.Select:
         return exp.select("*").from_(exp.to_table(prepared).as_(alias)) \
-            .where(exp.and_(where.this.copy(), *conditions, copy=False), copy=False)
+            .where(exp.and_(*conditions, copy=False), copy=False)
 
-    # Three disjoint parts of the filtered rows, so that only the few that need it are ranked again (a window
-    # sorts, and it was 5-9x the query on its own). A unit with at most m rows in all keeps all it passes; a row
-    # among the first m of its unit at load has at most m - 1 passing rows before it, so it is kept; only the later
-    # rows of larger units are ranked among their unit's passing rows, by the load-time rank (the same order as
-    # the hash, cheaper to sort). The union is exactly the first m passing rows of each unit.
-    rows = exp.column(names.UNIT_ROWS)
-    rank = exp.column(names.RANK)
-    small_units = kept(rows <= max_rows)
-    first_rows = kept(rows.copy() > max_rows, rank <= max_rows)
-    later_rows = kept(rows.copy() > max_rows).qualify(
-        exp.and_(rank.copy() > max_rows, _rank_among_kept() <= max_rows, copy=False), copy=False)
-    union = exp.union(exp.union(small_units, first_rows, distinct=False, copy=False), later_rows, distinct=False,
-                      copy=False)
+    # The first m passing rows of each unit in load-rank order, in two disjoint parts, so that only the few rows
+    # that need it are ranked again (a window sorts, and it was 5-9x the query on its own).
+    # 1. A row among the first m of its unit has at most m - 1 rows before it: it is kept if it passes (every
+    #    unit with at most m rows is all here).
+    # 2. A later row (rank r > m) is kept if fewer than m of the rows before it pass. With f the unit's failing
+    #    rows among its first m and L its passing later rows before this one, that is m - f + L < m, or L < f.
+    #    One window over the unit's failing first and passing later rows, in rank order (the f failing ones come
+    #    first) numbers the passing later rows f + L + 1: kept if that is at most 2f. A unit whose rows all hold
+    #    the same value of every column the filter reads (flagged at load) passes all its rows or none, so none
+    #    of its later rows is kept (f = 0 or no passing row): it is left out, which leaves nothing to rank when
+    #    the filter reads columns constant within units (age, sex, region of a patient).
+    # Each row's filter is evaluated at most twice, in each part at most once, whatever the data.
+    rank, rows = exp.column(names.RANK), exp.column(names.UNIT_ROWS)
+    first_rows = kept(passes.copy(), rank <= max_rows)
+    # One CASE, so that the filter runs only on the rows of units whose filter columns vary (DuckDB evaluated the
+    # filter first when it was a conjunction beside the mask's test, and it did not push that test into the scan).
+    candidates = exp.Case().when(_one_value_within_units(passes, table, alias), exp.false()) \
+        .when(rank.copy() <= max_rows, exp.Not(this=exp.Coalesce(this=passes.copy(), expressions=[exp.false()]))) \
+        .else_(passes.copy())
+    in_rank_order = exp.Order(expressions=[exp.Ordered(this=rank.copy())])
+    numbered = exp.Window(this=exp.RowNumber(), partition_by=[exp.column(names.UNIT)], order=in_rank_order)
+    failing_first = exp.Window(this=exp.Filter(this=exp.Count(this=exp.Star()), expression=exp.Where(
+        this=rank.copy() <= max_rows)), partition_by=[exp.column(names.UNIT)], order=in_rank_order.copy())
+    later_rows = kept(rows > max_rows, candidates).qualify(
+        exp.and_(rank.copy() > max_rows, numbered <= exp.Literal.number(2) * failing_first, copy=False), copy=False)
+    union = exp.union(first_rows, later_rows, distinct=False, copy=False)
     return exp.select("*").from_(union.subquery(alias, copy=False), copy=False)
+
+
+def _one_value_within_units(condition: exp.Expression, table: TablePolicy, alias: str) -> exp.Expression:
+    """A condition, the same on all rows of a unit, that holds only if every column `condition` reads has one value
+    on all the unit's rows (by the load-time `varies` mask), so that `condition` has one value on all of them too.
+    FALSE when that cannot be told from the columns alone (a column without a bit, a subquery)."""
+    if any(isinstance(node, exp.Query) for node in condition.walk()):
+        return exp.false()
+    flagged, mask = _flagged(table), 0
+    for column in condition.find_all(exp.Column):
+        if column.table not in ("", alias):
+            return exp.false()
+        if column.name != table.privacy_unit:
+            if column.name not in flagged:
+                return exp.false()
+            mask |= flagged[column.name]
+    return exp.EQ(this=exp.BitwiseAnd(this=exp.column(names.VARIES, alias), expression=exp.Literal.number(mask)),
+                  expression=exp.Literal.number(0))
 
 
 def varying_units(table: TablePolicy, prepared: str, column: ColumnPolicy) -> exp.Select:
@@ -147,6 +191,83 @@ def _ranks(table: TablePolicy) -> list[exp.Expression]:
     unit_rows = exp.Window(this=exp.Count(this=exp.Star()), partition_by=[exp.column(names.UNIT)])
     return [exp.alias_(exp.cast(_rank_within_unit(), exp.DataType.Type.INT), names.RANK),
             exp.alias_(exp.cast(unit_rows, exp.DataType.Type.INT), names.UNIT_ROWS)]
+
+
+def known(column: ColumnPolicy) -> str | None:
+    """The prepared table's flag of a column with declared values that the row's value is one of them (NULL: no),
+    if it has one: a filter keeping rows whose key is a declared value reads it instead of comparing text."""
+    has_flag = column.values is not None and column.type in (ColumnType.TEXT, ColumnType.INT)
+    return names.known_column(column.name) if has_flag else None
+
+
+def _known_names(table: TablePolicy) -> set[str]:
+    return {name for name in map(known, table.columns.values()) if name is not None}
+
+
+def _known(table: TablePolicy) -> list[exp.Expression]:
+    return [exp.alias_(_is_known(column), known(column)) for column in table.columns.values() if known(column)]
+
+
+def _is_known(column: ColumnPolicy) -> exp.Expression:
+    assert column.values is not None
+    member = exp.In(this=_column(column.name), expressions=[literal(value) for value in column.values])
+    return exp.Coalesce(this=member, expressions=[exp.false()])
+
+
+_VARIES_BITS = 63  # a BIGINT's non-negative bits
+
+
+def _flagged(table: TablePolicy) -> dict[str, int]:
+    """The columns that have a bit in the prepared table's `varies` mask, with their bit: the declared columns but
+    the unit, then the known flags, in the policy's order (the same policy, the same bits), as many as fit."""
+    columns = [name for name in table.columns if name != table.privacy_unit]
+    columns += [name for name in map(known, table.columns.values()) if name is not None]
+    return {name: 1 << bit for bit, name in enumerate(columns[:_VARIES_BITS])}
+
+
+def _varies(table: TablePolicy) -> list[exp.Expression]:
+    """Which flagged columns hold more than one value among the rows of the row's unit, as a bit mask (cap_rows
+    leaves out of its window the units whose filter columns hold one value each). One BIGINT, not a flag per column:
+    DuckDB reads its statistics, and when no unit varies in the filter's columns it drops that part of the query
+    before running it, which a condition on several flags (an OR) does not get."""
+    if table.row_privacy:
+        return []
+    values = {name: _column(name) for name in table.columns} | {
+        known(column): _is_known(column) for column in table.columns.values() if known(column)}
+    nullable = {name: column.nullable for name, column in table.columns.items()}
+    floating = {name for name, column in table.columns.items() if column.type is ColumnType.FLOAT}
+    bits = [exp.Case().when(exp.Not(this=exp.paren(_one_value(values[name], nullable.get(name, False),
+                                                               name in floating))),
+                            exp.Literal.number(bit)).else_(exp.Literal.number(0))
+            for name, bit in _flagged(table).items()]
+    mask = exp.cast(_sum(bits) if bits else exp.Literal.number(0), exp.DataType.Type.BIGINT)
+    return [exp.alias_(mask, names.VARIES)]
+
+
+def _sum(terms: list[exp.Expression]) -> exp.Expression:
+    total = terms[0]
+    for term in terms[1:]:
+        total = exp.Add(this=total, expression=term)
+    return total
+
+
+def _one_value(value: exp.Expression, nullable: bool, floating: bool) -> exp.Expression:
+    """Whether `value` is the same on all rows of the unit: smallest and largest equal (or both NULL), no NULL
+    beside a value, and for a double the same sign bit, which tells -0.0 from 0.0 where `=` does not (a filter
+    such as `1 / x > 0` does; NaN is NULL already)."""
+    def over(function: exp.Expression) -> exp.Window:
+        return exp.Window(this=function, partition_by=[exp.column(names.UNIT)])
+
+    def equal_ends(of: exp.Expression) -> exp.Expression:
+        return exp.NullSafeEQ(this=over(exp.Min(this=of)), expression=over(exp.Max(this=of.copy())))
+
+    conditions = [equal_ends(value)]
+    if floating:
+        conditions.append(equal_ends(exp.Anonymous(this="signbit", expressions=[value.copy()])))
+    if nullable:
+        conditions.append(exp.In(this=over(exp.Count(this=value.copy())), expressions=[
+            exp.Literal.number(0), over(exp.Count(this=exp.Star()))]))
+    return exp.and_(*conditions, copy=False)
 
 
 def _quantized(table: TablePolicy) -> list[exp.Expression]:
