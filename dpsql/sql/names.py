@@ -30,7 +30,6 @@ UNIT = "__dp_unit"  # the privacy unit (or a row number under row privacy)
 ROW_KEY = "__dp_key"  # the secret salted hash that orders one unit's rows
 RANK = "__dp_rank"  # the row's rank within its unit by ROW_KEY
 UNIT_ROWS = "__dp_n"  # how many rows the unit has in all
-KEYED = "__dp_keyed"  # the loader's rows with their unit and row key, before they are ranked
 VARIES = "__dp_varies"  # bit mask: which columns hold more than one value among the unit's rows (rewrite/bounding.py)
 GROUP_ROW = "__dp_group_row"  # a row's rank within its unit's rows of one group, by ROW_KEY
 GROUP_KEY = "__dp_group_key"  # the smallest ROW_KEY of a unit's rows in one group: orders its groups
