@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from sqlglot import exp
 
 from benchmarks.support import write_csv, write_policy
 from dpsql.analysis.check import check
@@ -15,6 +16,7 @@ from dpsql.engines.duckdb_engine import DuckDBEngine
 from dpsql.planning.aggregates import VOCABULARY
 from dpsql.planning.plan import Budget, plan
 from dpsql.policy import Accounting, MechanismKind, load_policy
+from dpsql.rewrite import bounding
 from dpsql.rewrite.passes import rewrite
 from dpsql.sql import names
 from dpsql.sql.parse import parse
@@ -58,3 +60,63 @@ def test_the_filtered_cap_keeps_each_unit_s_first_m_filtered_rows(tmp_path_facto
     counts, distinct = found.values()
     assert {g: n for g, n in counts.items() if n} == expected_rows
     assert {g: n for g, n in distinct.items() if n} == {g: len(v) for g, v in expected_values.items()}
+
+
+# Units whose columns w and f hold one value on all their rows, or two (-0.0 beside 0.0, NULL beside a value), so
+# that the cap's window leaves some units out (the load-time `varies` mask) and not others; grp and w take
+# undeclared values too, so that the declared-values flags keep rows out before the cap.
+_floats = st.sampled_from([None, -0.0, 0.0, 1.5])
+_row = st.tuples(st.sampled_from("abcd"), st.one_of(st.none(), st.integers(0, 9)), st.booleans(), st.booleans())
+_unit = st.tuples(st.tuples(st.integers(0, 4), st.integers(0, 4)), st.tuples(_floats, _floats),
+                  st.lists(_row, max_size=7))
+FILTERS = ("v > {t}", "w > {t}", "w > {t} AND v < 7", "f IS NULL", "f > 0 OR w = {t}", "sign(f) = 0",
+           "CAST(f AS TEXT) = '-0.0'", "v IS NULL OR w < {t}", "pid % 2 = 0", "pid % 3 = 0 AND w > {t}")
+QUERIES = ("SELECT grp, COUNT(*), SUM(v) FROM t WHERE {f} GROUP BY grp", "SELECT COUNT(*), COUNT(v) FROM t WHERE {f}",
+           "SELECT w, COUNT(*) FROM t WHERE {f} GROUP BY w", "SELECT grp, w, COUNT(*) FROM t WHERE {f} GROUP BY grp, w")
+
+
+def _reference_cap(tree: exp.Select, table, max_rows: int, prepared: str, alias: str,
+                   whole_units: bool = False) -> exp.Select:
+    """The cap's definition: each unit's first m rows among those the WHERE keeps, in load-rank order, by one
+    window over all of them."""
+    order = exp.Order(expressions=[exp.Ordered(this=exp.column(names.RANK, alias))])
+    window = exp.Window(this=exp.RowNumber(), partition_by=[exp.column(names.UNIT, alias)], order=order)
+    return tree.qualify(window <= max_rows, copy=False)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(units=st.lists(_unit, min_size=1, max_size=10), m=st.integers(1, 3), t=st.integers(0, 4),
+       seed=st.integers(0, 2**31), filters=st.lists(st.sampled_from(FILTERS), min_size=1, max_size=3, unique=True))
+# Two-row units with the two zeros, or a value and NULL: a mask that took them for one value would leave out of the
+# window the units whose second row is the one the filter keeps (about half of them).
+@example(units=[((1, 1), (0.0, -0.0), [("a", 1, False, False), ("a", 1, False, True)])] * 12, m=1, t=0, seed=1,
+         filters=["CAST(f AS TEXT) = '-0.0'"])
+@example(units=[((1, 1), (1.5, None), [("a", 1, False, False), ("a", 1, False, True)])] * 12, m=1, t=0, seed=1,
+         filters=["f IS NULL"])
+def test_the_filtered_cap_keeps_what_one_window_over_the_filtered_rows_keeps(tmp_path_factory, monkeypatch, units,
+                                                                             m, t, seed, filters) -> None:
+    """The two-part cap (rewrite/bounding.cap_rows) against the plain window over every row the filter keeps, both
+    run on the same prepared table, for filters on columns that vary within units and columns that do not."""
+    folder = tmp_path_factory.mktemp("cap2")
+    rows = []
+    for pid, (ws, fs, unit_rows) in enumerate(units, start=1):  # each row takes one of its unit's two w and f
+        rows += [(pid, g, v, ws[second_w], fs[second_f]) for g, v, second_w, second_f in unit_rows]
+    write_csv(folder / "t.csv", ["pid", "grp", "v", "w", "f"], rows)
+    policy = load_policy(write_policy(folder / "p.toml", {"t": {
+        "source": "t.csv", "privacy_unit": "pid", "max_rows_per_unit": m,
+        "columns": {"pid": {"type": "int"}, "grp": {"type": "text", "values": ["a", "b", "c"]},
+                    "v": {"type": "int", "lower": 0, "upper": 9}, "w": {"type": "int", "values": [0, 1, 2, 3]},
+                    "f": {"type": "float", "lower": -2, "upper": 2}}}}))
+    engine = DuckDBEngine(policy, bounding_seed=seed)
+    budget = Budget(Fraction(1), Fraction(0), Accounting.PURE, MechanismKind.LAPLACE)
+    try:
+        for condition in filters:
+            for query in QUERIES:
+                checked = plan(check(parse(query.format(f=condition.format(t=t))), policy, VOCABULARY), budget)
+                found = sorted(engine.run(rewrite(checked).sql), key=repr)
+                with monkeypatch.context() as patched:
+                    patched.setattr(bounding, "cap_rows", _reference_cap)
+                    expected = sorted(engine.run(rewrite(checked).sql), key=repr)
+                assert found == expected, (condition, query)
+    finally:
+        engine.close()

@@ -113,11 +113,16 @@ def test_the_sql_that_runs_enforces_the_bounds(session) -> None:
     assert clamps(plain, 0.0, 10.0, column="x")  # x clamped inside the aggregate
     assert clamps(plain, 0.0, 20.0)  # x * 2 clamped to its derived interval [0, 20]
     filtered = sql_tree(session.prepare("SELECT COUNT(*) FROM t WHERE y > 0").bounded.sql)
-    assert caps_rows(filtered, names.UNIT_ROWS, 3) and filtered.find(exp.Qualify) is not None
+    # the first 3 rows of each unit kept if they pass; the later rows of larger units ranked again per query
+    assert caps_rows(filtered, names.RANK, 3) and filtered.find(exp.Qualify) is not None
+    assert any(isinstance(n.this, exp.Column) and n.this.name == names.UNIT_ROWS and number(n.expression) == 3
+               for n in filtered.find_all(exp.GT))
     ranked = [w for w in filtered.find_all(exp.Window) if isinstance(w.this, exp.RowNumber)]
     assert [[p.name for p in w.args["partition_by"]] for w in ranked] == [[names.UNIT]]  # rows ranked per unit
-    kept = ranked[0].parent
-    assert isinstance(kept, exp.LTE) and number(kept.expression) == 3  # ... and up to 3 kept in each
+    kept = ranked[0].parent  # ... a later row kept while fewer of its unit's first 3 pass than later ones before it
+    assert isinstance(kept, exp.LTE) and isinstance(kept.expression.unnest(), exp.Mul)
+    failing_first = kept.expression.unnest().expression
+    assert isinstance(failing_first, exp.Window) and caps_rows(failing_first.this, names.RANK, 3)
     guarded = sql_tree(session.prepare("SELECT COUNT(*) FROM t WHERE CAST(grp AS INT) > 1").bounded.sql)
     casts = [c for c in guarded.find_all(exp.Cast) if isinstance(c.this, exp.Column) and c.this.name == "grp"]
     assert casts  # a cast that could fail on some row becomes NULL instead of an error:

@@ -45,10 +45,10 @@ _ALLOWED = (
     exp.Is, exp.Not, exp.And, exp.Or, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Add, exp.Sub, exp.Mul,
     exp.Div, exp.Neg, exp.Mod, exp.Case, exp.If, exp.Coalesce, exp.Greatest, exp.Least, exp.Abs, exp.Floor,
     exp.Ceil, exp.Cast, exp.TryCast, exp.Try, exp.Count, exp.Sum, exp.Max, exp.Min, exp.Distinct, exp.Pow,
-    exp.Year, exp.Month, exp.Day, exp.Length, exp.Tuple,
+    exp.Year, exp.Month, exp.Day, exp.Length, exp.Tuple, exp.BitwiseAnd,
 )
 # Built by dpsql itself at load (rewrite/bounding.py), never from an analyst's text.
-_LOAD_ONLY = (exp.MD5, exp.Concat, exp.DPipe, exp.IsNan, exp.Left, exp.Substring)
+_LOAD_ONLY = (exp.MD5, exp.Concat, exp.DPipe, exp.IsNan, exp.Left, exp.Substring, exp.NullSafeEQ)
 _INTEGERS = {exp.DataType.Type.TINYINT, exp.DataType.Type.SMALLINT, exp.DataType.Type.INT,
              exp.DataType.Type.BIGINT, exp.DataType.Type.INT128}
 _FLOATS = {exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT}
@@ -155,6 +155,10 @@ def _translate(node: exp.Expression, trusted: bool) -> exp.Expression:
         rounded = exp.Cast(this=node.copy(), to=exp.DataType.build("DOUBLE"))
         integral = exp.Abs(this=node.this.copy()) < exp.Literal.number(float(2 ** 52))
         return exp.Case().when(integral, rounded).else_(node.this.copy())
+    if isinstance(node, exp.BitwiseAnd):  # the filtered cap's test of the varies mask (rewrite/bounding.py)
+        if not all(_type(operand) in _INTEGERS for operand in (node.this, node.expression)):
+            raise refuse("& of values that are not integers")
+        return node
     if isinstance(node, exp.Pow):
         if not (isinstance(node.expression, exp.Literal) and node.expression.name in ("2", "2.0")):
             raise refuse("POWER other than a square")

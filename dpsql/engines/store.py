@@ -41,7 +41,8 @@ from dpsql.sql.names import TWIN_SCHEMA
 from dpsql.sql.parse import DIALECT
 
 # 2: a float's sign bit joins the row hash; a store built with a fixed seed ranks by the portable key.
-STORE_FORMAT = 2
+# 3: the prepared tables have the known flags and the varies mask, rows of units over the bound last (bounding.py).
+STORE_FORMAT = 3
 _IDENTITY_TABLE = "__dp_store_identity"
 
 

@@ -9,14 +9,19 @@ NULL (NaN sorts above every number, so it would slip through comparisons and cla
 declared maximum length (the checker's per-row cost bound relies on it), and rows without a privacy unit or
 with NULL in a column declared `nullable = false` are dropped. Then each row gets a secret salted hash of its
 values (`__dp_key`), its rank within its unit by that hash (`__dp_rank`), the unit's row count (`__dp_n`), and
-each bounded column its clamped fixed-point integer (`__dp_q_<col>`, see dp/fixedpoint.py). Queries then only
-filter, so they do not sort the table per person each time.
+each bounded column its clamped fixed-point integer (`__dp_q_<col>`, see dp/fixedpoint.py); each text or integer
+column with declared values a flag that the row's value is one of them (`__dp_known_<col>`), and the row a bit
+mask of the columns (and known flags) that hold more than one value among its unit's rows (`__dp_varies`). The
+rows of units with more than m rows are stored last. Queries then only filter, so they do not sort the table per
+person each time.
 
 At query time (`cap_rows`): a query without a row filter keeps `__dp_rank <= m`. A query with a filter caps
-*after* filtering (the filter is row-local, so this still depends only on the unit's rows), ranking again, in
-the load-time order, only the rows after the m-th of units with more than m rows in all; unless the filter
-reads only columns declared `per_unit` (the same value on every row of a unit, checked at load by
-`varying_units`): it then keeps whole units, and `__dp_rank <= m` is the same cap at the cost of a filter.
+*after* filtering (the filter is row-local, so this still depends only on the unit's rows): rows among the first
+m of their unit are kept if they pass, and only the units with more than m rows whose filter columns vary among
+their rows are ranked again, in the load-time order (a unit whose filter columns hold one value passes all its
+rows or none). Unless the filter reads only columns declared `per_unit` (the same value on every row of a unit,
+checked at load by `varying_units`): it then keeps whole units, and `__dp_rank <= m` is the same cap at the cost
+of a filter.
 
 Everything here is a sqlglot tree; the engine decides how the source is read and where the result is stored.
 """
@@ -28,7 +33,7 @@ from sqlglot import exp
 from dpsql.dp.fixedpoint import fixed_point
 from dpsql.policy import ColumnPolicy, ColumnType, TablePolicy
 from dpsql.sql import names
-from dpsql.sql.parse import DIALECT
+from dpsql.sql.parse import DIALECT, literal
 
 
 def prepared_rows(table: TablePolicy, source: exp.Expression, salt: int, portable: bool = False) -> exp.Select:
@@ -49,8 +54,30 @@ def prepared_rows(table: TablePolicy, source: exp.Expression, salt: int, portabl
         this="hash", expressions=[*map(_column, table.columns), *signs, exp.Literal.number(salt)])
     keyed = exp.select("*", exp.alias_(unit, names.UNIT), exp.alias_(row_hash, names.ROW_KEY), copy=False) \
         .from_(kept.subquery(copy=False), copy=False)
-    return exp.select("*", *_ranks(table, portable), *_quantized(table), copy=False).from_(
-        keyed.subquery(copy=False), copy=False)
+    if table.row_privacy:
+        return exp.select("*", *_ranks(table, portable), *_quantized(table), *_known(table), copy=False) \
+            .from_(keyed.subquery(copy=False), copy=False)
+    # The varies mask per unit by a GROUP BY joined back: as windows beside the rank's, its min/max made the load
+    # 5.6x as long (0.73 -> 4.1 s over 1M rows). The GROUP BY reads the source again rather than a CTE of the
+    # keyed rows, which DuckDB materialized (10M rows: 20 s and 4.9 GB peak with the CTE, 16 s and 3.9 GB without;
+    # before the mask 6 s and 1.4 GB).
+    rows = exp.select("*", *_ranks(table, portable), *_quantized(table), *_known(table), copy=False) \
+        .from_(keyed.subquery(copy=False), copy=False)
+    units = exp.select("*", exp.alias_(unit.copy(), names.UNIT), copy=False) \
+        .from_(cleaned_rows(table, source).subquery(copy=False), copy=False)
+    per_unit = exp.select(exp.column(names.UNIT), *_varies(table, portable), copy=False) \
+        .from_(units.subquery(copy=False), copy=False).group_by(exp.column(names.UNIT), copy=False)
+    joined = exp.select("__dp_rows.*", exp.column(names.VARIES, "__dp_units"), copy=False) \
+        .from_(rows.subquery("__dp_rows", copy=False), copy=False) \
+        .join(per_unit.subquery("__dp_units", copy=False), on=exp.column(names.UNIT, "__dp_rows").eq(
+            exp.column(names.UNIT, "__dp_units")), copy=False)
+    # Stored with the rows of units over the bound last: the filtered cap's second part reads only those, and
+    # DuckDB skips the row groups (of about 122,880 rows) whose __dp_n all lie at or below it; then by unit, as the
+    # rank's window laid them out before (each unit's rows together, in rank order, for the window per query).
+    # Speed only: no answer depends on the order of the rows (release shuffles the groups: see
+    # tests/attacks/test_release_order.py, whose attack without the shuffle relies on a layout by unit).
+    return joined.order_by(exp.column(names.UNIT_ROWS) > table.bound.max_rows, exp.column(names.UNIT),
+                           exp.column(names.RANK), copy=False)
 
 
 # Floats enter the portable key at this resolution only (2**-20), as an integer: the text of a double differs
@@ -113,24 +140,58 @@ def cap_rows(tree: exp.Select, table: TablePolicy, max_rows: int, prepared: str,
     where = tree.args.get("where")
     if where is None or whole_units:
         return tree.where(exp.column(names.RANK, alias) <= max_rows, copy=False)
+    passes = where.this
+
     def kept(*conditions: exp.Expression) -> exp.Select:
         return exp.select("*").from_(exp.to_table(prepared).as_(alias)) \
-            .where(exp.and_(where.this.copy(), *conditions, copy=False), copy=False)
+            .where(exp.and_(*conditions, copy=False), copy=False)
 
-    # Three disjoint parts of the filtered rows, so that only the few that need it are ranked again (a window
-    # sorts, and it was 5-9x the query on its own). A unit with at most m rows in all keeps all it passes; a row
-    # among the first m of its unit at load has at most m - 1 passing rows before it, so it is kept; only the later
-    # rows of larger units are ranked among their unit's passing rows, by the load-time rank (the same order as
-    # the hash, cheaper to sort). The union is exactly the first m passing rows of each unit.
-    rows = exp.column(names.UNIT_ROWS)
-    rank = exp.column(names.RANK)
-    small_units = kept(rows <= max_rows)
-    first_rows = kept(rows.copy() > max_rows, rank <= max_rows)
-    later_rows = kept(rows.copy() > max_rows).qualify(
-        exp.and_(rank.copy() > max_rows, _rank_among_kept() <= max_rows, copy=False), copy=False)
-    union = exp.union(exp.union(small_units, first_rows, distinct=False, copy=False), later_rows, distinct=False,
-                      copy=False)
+    # The first m passing rows of each unit in load-rank order, in two disjoint parts, so that only the few rows
+    # that need it are ranked again (a window sorts, and it was 5-9x the query on its own).
+    # 1. A row among the first m of its unit has at most m - 1 rows before it: it is kept if it passes (every
+    #    unit with at most m rows is all here).
+    # 2. A later row (rank r > m) is kept if fewer than m of the rows before it pass. With f the unit's failing
+    #    rows among its first m and L its passing later rows before this one, that is m - f + L < m, or L < f.
+    #    One window over the unit's failing first and passing later rows, in rank order (the f failing ones come
+    #    first) numbers the passing later rows f + L + 1: kept if that is at most 2f. A unit whose rows all hold
+    #    the same value of every column the filter reads (flagged at load) passes all its rows or none, so none
+    #    of its later rows is kept (f = 0 or no passing row): it is left out, which leaves nothing to rank when
+    #    the filter reads columns constant within units (age, sex, region of a patient).
+    # Each row's filter is evaluated at most twice, in each part at most once, whatever the data.
+    rank, rows = exp.column(names.RANK), exp.column(names.UNIT_ROWS)
+    first_rows = kept(passes.copy(), rank <= max_rows)
+    # One CASE, so that the filter runs only on the rows of units whose filter columns vary (DuckDB evaluated the
+    # filter first when it was a conjunction beside the mask's test, and it did not push that test into the scan).
+    candidates = exp.Case().when(_one_value_within_units(passes, table, alias), exp.false()) \
+        .when(rank.copy() <= max_rows, exp.Not(this=exp.Coalesce(this=passes.copy(), expressions=[exp.false()]))) \
+        .else_(passes.copy())
+    in_rank_order = exp.Order(expressions=[exp.Ordered(this=rank.copy())])
+    numbered = exp.Window(this=exp.RowNumber(), partition_by=[exp.column(names.UNIT)], order=in_rank_order)
+    # COUNT of a CASE rather than COUNT(*) FILTER, which the Spark translation does not take.
+    failing_first = exp.Window(this=exp.Count(this=exp.Case().when(rank.copy() <= max_rows, exp.Literal.number(1))),
+                               partition_by=[exp.column(names.UNIT)], order=in_rank_order.copy())
+    later_rows = kept(rows > max_rows, candidates).qualify(
+        exp.and_(rank.copy() > max_rows, numbered <= exp.Literal.number(2) * failing_first, copy=False), copy=False)
+    union = exp.union(first_rows, later_rows, distinct=False, copy=False)
     return exp.select("*").from_(union.subquery(alias, copy=False), copy=False)
+
+
+def _one_value_within_units(condition: exp.Expression, table: TablePolicy, alias: str) -> exp.Expression:
+    """A condition, the same on all rows of a unit, that holds only if every column `condition` reads has one value
+    on all the unit's rows (by the load-time `varies` mask), so that `condition` has one value on all of them too.
+    FALSE when that cannot be told from the columns alone (a column without a bit, a subquery)."""
+    if any(isinstance(node, exp.Query) for node in condition.walk()):
+        return exp.false()
+    flagged, mask = _flagged(table), 0
+    for column in condition.find_all(exp.Column):
+        if column.table not in ("", alias):
+            return exp.false()
+        if column.name != table.privacy_unit:
+            if column.name not in flagged:
+                return exp.false()
+            mask |= flagged[column.name]
+    return exp.EQ(this=exp.BitwiseAnd(this=exp.column(names.VARIES, alias), expression=exp.Literal.number(mask)),
+                  expression=exp.Literal.number(0))
 
 
 def varying_units(table: TablePolicy, prepared: str, column: ColumnPolicy) -> exp.Select:
@@ -189,6 +250,82 @@ def _ranks(table: TablePolicy, portable: bool) -> list[exp.Expression]:
     unit_rows = exp.Window(this=exp.Count(this=exp.Star()), partition_by=[exp.column(names.UNIT)])
     return [exp.alias_(exp.cast(_rank_within_unit(table, portable), exp.DataType.Type.INT), names.RANK),
             exp.alias_(exp.cast(unit_rows, exp.DataType.Type.INT), names.UNIT_ROWS)]
+
+
+def known(column: ColumnPolicy) -> str | None:
+    """The prepared table's flag of a column with declared values that the row's value is one of them (NULL: no),
+    if it has one: a filter keeping rows whose key is a declared value reads it instead of comparing text."""
+    has_flag = column.values is not None and column.type in (ColumnType.TEXT, ColumnType.INT)
+    return names.known_column(column.name) if has_flag else None
+
+
+def _known_names(table: TablePolicy) -> set[str]:
+    return {name for name in map(known, table.columns.values()) if name is not None}
+
+
+def _known(table: TablePolicy) -> list[exp.Expression]:
+    return [exp.alias_(_is_known(column), known(column)) for column in table.columns.values() if known(column)]
+
+
+def _is_known(column: ColumnPolicy) -> exp.Expression:
+    assert column.values is not None
+    member = exp.In(this=_column(column.name), expressions=[literal(value) for value in column.values])
+    return exp.Coalesce(this=member, expressions=[exp.false()])
+
+
+_VARIES_BITS = 63  # a BIGINT's non-negative bits
+
+
+def _flagged(table: TablePolicy) -> dict[str, int]:
+    """The columns that have a bit in the prepared table's `varies` mask, with their bit: the declared columns but
+    the unit, then the known flags, in the policy's order (the same policy, the same bits), as many as fit."""
+    columns = [name for name in table.columns if name != table.privacy_unit]
+    columns += [name for name in map(known, table.columns.values()) if name is not None]
+    return {name: 1 << bit for bit, name in enumerate(columns[:_VARIES_BITS])}
+
+
+def _varies(table: TablePolicy, portable: bool) -> list[exp.Expression]:
+    """Which flagged columns hold more than one value among a unit's rows, as a bit mask (cap_rows leaves out of its
+    window the units whose filter columns hold one value each): an aggregate over the unit's rows. One BIGINT, not
+    a flag per column: a test of one column DuckDB can skip by its statistics, which an OR of flags does not get.
+    `portable` (Spark has no signbit): a double's bit is always set, "may vary", which is always safe."""
+    values = {name: _column(name) for name in table.columns} | {
+        known(column): _is_known(column) for column in table.columns.values() if known(column)}
+    nullable = {name: column.nullable for name, column in table.columns.items()}
+    floating = {name for name, column in table.columns.items() if column.type is ColumnType.FLOAT}
+    always = {name for name in floating if portable}
+    def bit_if_varies(name: str, bit: int) -> exp.Expression:
+        if name in always:
+            return exp.Literal.number(bit)
+        same = _one_value(values[name], nullable.get(name, False), name in floating)
+        return exp.Case().when(exp.Not(this=exp.paren(same)), exp.Literal.number(bit)).else_(exp.Literal.number(0))
+
+    bits = [bit_if_varies(name, bit) for name, bit in _flagged(table).items()]
+    mask = exp.cast(_sum(bits) if bits else exp.Literal.number(0), exp.DataType.Type.BIGINT)
+    return [exp.alias_(mask, names.VARIES)]
+
+
+def _sum(terms: list[exp.Expression]) -> exp.Expression:
+    total = terms[0]
+    for term in terms[1:]:
+        total = exp.Add(this=total, expression=term)
+    return total
+
+
+def _one_value(value: exp.Expression, nullable: bool, floating: bool) -> exp.Expression:
+    """Whether `value` is the same on all of the unit's rows (an aggregate): smallest and largest equal (or both
+    NULL), no NULL beside a value, and for a double the same sign bit, which tells -0.0 from 0.0 where `=` does not
+    (a filter such as `1 / x > 0` does; NaN is NULL already)."""
+    def equal_ends(of: exp.Expression) -> exp.Expression:
+        return exp.NullSafeEQ(this=exp.Min(this=of), expression=exp.Max(this=of.copy()))
+
+    conditions = [equal_ends(value)]
+    if floating:
+        conditions.append(equal_ends(exp.Anonymous(this="signbit", expressions=[value.copy()])))
+    if nullable:
+        conditions.append(exp.In(this=exp.Count(this=value.copy()), expressions=[
+            exp.Literal.number(0), exp.Count(this=exp.Star())]))
+    return exp.and_(*conditions, copy=False)
 
 
 def _quantized(table: TablePolicy) -> list[exp.Expression]:

@@ -30,6 +30,7 @@ UNIT = "__dp_unit"  # the privacy unit (or a row number under row privacy)
 ROW_KEY = "__dp_key"  # the secret salted hash that orders one unit's rows
 RANK = "__dp_rank"  # the row's rank within its unit by ROW_KEY
 UNIT_ROWS = "__dp_n"  # how many rows the unit has in all
+VARIES = "__dp_varies"  # bit mask: which columns hold more than one value among the unit's rows (rewrite/bounding.py)
 GROUP_ROW = "__dp_group_row"  # a row's rank within its unit's rows of one group, by ROW_KEY
 GROUP_KEY = "__dp_group_key"  # the smallest ROW_KEY of a unit's rows in one group: orders its groups
 GROUP_NUMBER = "__dp_group_number"  # a group's rank among its unit's groups, by GROUP_KEY
@@ -82,6 +83,11 @@ def prepared_table(table: str) -> str:
 def quantized_column(column: str) -> str:
     """The loader's precomputed fixed-point integer of a bounded column (see dp/fixedpoint.py)."""
     return f"__dp_q_{column}"
+
+
+def known_column(column: str) -> str:
+    """The loader's precomputed flag of a column with declared values: the row's value is one of them."""
+    return f"__dp_known_{column}"
 
 
 def attached_source(table: str) -> str:
