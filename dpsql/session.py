@@ -113,7 +113,7 @@ class PrivateSession:
             if accuracy is not None:
                 budget = budget_for_accuracy(checked, accuracy, budget, exact(self.policy.budget.epsilon), plan)
             query_plan = plan(checked, budget)
-            bounded = rewrite(query_plan)
+            bounded = rewrite(query_plan, listed=self.engine.lists_earlier_rows)
             key_types = self.engine.dry_run(bounded.sql)[:bounded.key_count]
             for _, sql in bounded.buckets:
                 self.engine.dry_run(sql)

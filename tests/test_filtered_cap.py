@@ -68,7 +68,7 @@ def test_the_filtered_cap_keeps_each_unit_s_first_m_filtered_rows(tmp_path_facto
 _floats = st.sampled_from([None, -0.0, 0.0, 1.5])
 _row = st.tuples(st.sampled_from("abcd"), st.one_of(st.none(), st.integers(0, 9)), st.booleans(), st.booleans())
 _unit = st.tuples(st.tuples(st.integers(0, 4), st.integers(0, 4)), st.tuples(_floats, _floats),
-                  st.lists(_row, max_size=7))
+                  st.lists(_row, max_size=10))
 FILTERS = ("v > {t}", "w > {t}", "w > {t} AND v < 7", "f IS NULL", "f > 0 OR w = {t}", "sign(f) = 0",
            "CAST(f AS TEXT) = '-0.0'", "v IS NULL OR w < {t}", "pid % 2 = 0", "pid % 3 = 0 AND w > {t}")
 QUERIES = ("SELECT grp, COUNT(*), SUM(v) FROM t WHERE {f} GROUP BY grp", "SELECT COUNT(*), COUNT(v) FROM t WHERE {f}",
@@ -76,7 +76,7 @@ QUERIES = ("SELECT grp, COUNT(*), SUM(v) FROM t WHERE {f} GROUP BY grp", "SELECT
 
 
 def _reference_cap(tree: exp.Select, table, max_rows: int, prepared: str, alias: str,
-                   whole_units: bool = False) -> exp.Select:
+                   whole_units: bool = False, listed: bool = True) -> exp.Select:
     """The cap's definition: each unit's first m rows among those the WHERE keeps, in load-rank order, by one
     window over all of them."""
     order = exp.Order(expressions=[exp.Ordered(this=exp.column(names.RANK, alias))])
@@ -85,14 +85,21 @@ def _reference_cap(tree: exp.Select, table, max_rows: int, prepared: str, alias:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# No seed: production's row hash and a mask that reads the sign of zeros (a seed ranks by the portable key, whose
+# mask takes every double for varying).
 @given(units=st.lists(_unit, min_size=1, max_size=10), m=st.integers(1, 3), t=st.integers(0, 4),
-       seed=st.integers(0, 2**31), filters=st.lists(st.sampled_from(FILTERS), min_size=1, max_size=3, unique=True))
+       seed=st.one_of(st.none(), st.integers(0, 2**31)),
+       filters=st.lists(st.sampled_from(FILTERS), min_size=1, max_size=3, unique=True))
 # Two-row units with the two zeros, or a value and NULL: a mask that took them for one value would leave out of the
 # window the units whose second row is the one the filter keeps (about half of them).
 @example(units=[((1, 1), (0.0, -0.0), [("a", 1, False, False), ("a", 1, False, True)])] * 12, m=1, t=0, seed=1,
          filters=["CAST(f AS TEXT) = '-0.0'"])
 @example(units=[((1, 1), (1.5, None), [("a", 1, False, False), ("a", 1, False, True)])] * 12, m=1, t=0, seed=1,
          filters=["f IS NULL"])
+@example(units=[((1, 1), (0.0, -0.0), [("a", 1, False, False), ("a", 1, False, True)])] * 12, m=1, t=0, seed=None,
+         filters=["CAST(f AS TEXT) = '-0.0' AND v > 0"])
+@example(units=[((1, 1), (1.5, None), [("a", 1, False, False), ("a", 1, False, True)])] * 12, m=1, t=0, seed=None,
+         filters=["f IS NULL AND v > 0"])
 def test_the_filtered_cap_keeps_what_one_window_over_the_filtered_rows_keeps(tmp_path_factory, monkeypatch, units,
                                                                              m, t, seed, filters) -> None:
     """The two-part cap (rewrite/bounding.cap_rows) against the plain window over every row the filter keeps, both

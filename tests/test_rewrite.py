@@ -113,9 +113,14 @@ def test_the_sql_that_runs_enforces_the_bounds(session) -> None:
     assert clamps(plain, 0.0, 10.0, column="x")  # x clamped inside the aggregate
     assert clamps(plain, 0.0, 20.0)  # x * 2 clamped to its derived interval [0, 20]
     filtered = sql_tree(session.prepare("SELECT COUNT(*) FROM t WHERE y > 0").bounded.sql)
-    # the first 3 rows of each unit kept if they pass; the later rows of larger units ranked again per query
+    # the first 3 rows of each unit kept if they pass; the next 4 counted over their earlier rows' lists; the rows
+    # after those, in units of more than 3 + 4 rows, ranked again per query
     assert caps_rows(filtered, names.RANK, 3) and filtered.find(exp.Qualify) is not None
-    assert any(isinstance(n.this, exp.Column) and n.this.name == names.UNIT_ROWS and number(n.expression) == 3
+    later = [t for t in filtered.find_all(exp.Table) if t.name == names.later_rows_table("t")]
+    assert len(later) == 1 and isinstance(later[0].parent_select.args["where"].this, exp.Case)
+    listed = later[0].parent_select.find(exp.ArrayFilter)
+    assert listed is not None and listed.this.name == names.earlier_column("y")
+    assert any(isinstance(n.this, exp.Column) and n.this.name == names.UNIT_ROWS and number(n.expression) == 3 + 4
                for n in filtered.find_all(exp.GT))
     ranked = [w for w in filtered.find_all(exp.Window) if isinstance(w.this, exp.RowNumber)]
     assert [[p.name for p in w.args["partition_by"]] for w in ranked] == [[names.UNIT]]  # rows ranked per unit

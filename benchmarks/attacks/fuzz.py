@@ -33,7 +33,7 @@ from dpsql.errors import Error
 from dpsql.frontends.cli import main as cli
 from dpsql.rewrite.passes import rewrite
 from dpsql.session import PrivateResult, PrivateSession
-from dpsql.sql.names import prepared_table
+from dpsql.sql.names import later_rows_table, prepared_table
 
 EPSILON = 0.01
 ODD_EPSILONS: tuple[Any, ...] = (0, -1, math.nan, math.inf, 1e-320, 5e-324, 1e-300, 1e-12, 1e13, "abc", "1e-3",
@@ -112,10 +112,12 @@ def charges(ledger: Path) -> tuple[int, str | None]:
 
 
 def foreign_tables(result: PrivateResult) -> set[str]:
-    """The tables the bounded SQL read, other than dpsql's prepared copy and its own CTEs."""
+    """The tables the bounded SQL read, other than dpsql's prepared copy (and its later-rows table) and its own
+    CTEs."""
     tree = parse_one(rewrite(result.plan).sql, read="duckdb")
     ctes = {cte.alias for cte in tree.find_all(exp.CTE)}
-    allowed = {prepared_table(result.plan.query.table.name), *ctes}
+    name = result.plan.query.table.name
+    allowed = {prepared_table(name), later_rows_table(name), *ctes}
     return {t.name for t in tree.find_all(exp.Table)} - allowed
 
 

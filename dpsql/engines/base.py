@@ -21,6 +21,9 @@ class Engine(ABC):
     # Two engines with the same version hold the same data, so an answer already released about it still holds.
     data_version: str
     store_built: bool = False  # whether constructing this engine built the policy's prepared store
+    # Whether each private table comes with its later-rows table (rewrite/bounding.later_rows), which the filtered
+    # cap reads instead of ranking those rows again.
+    lists_earlier_rows: bool = True
 
     @abstractmethod
     def dry_run(self, sql: str) -> list[str]:

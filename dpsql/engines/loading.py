@@ -10,9 +10,9 @@ from sqlglot import exp
 
 from dpsql.errors import PolicyError, first_line
 from dpsql.policy import TablePolicy
-from dpsql.rewrite.bounding import cleaned_rows, prepared_rows, varying_units
+from dpsql.rewrite.bounding import cleaned_rows, later_rows, prepared_rows, varying_units
 from dpsql.sql import names
-from dpsql.sql.names import TWIN_SCHEMA, prepared_table
+from dpsql.sql.names import TWIN_SCHEMA, later_rows_table, prepared_table
 from dpsql.sql.parse import DIALECT
 
 
@@ -45,8 +45,13 @@ class TableLoader:
                     # To the steward loading the policy, the same for every query: names the column, no value.
                     self._fail(table, f"columns.{column.name}", "declared per_unit = true, but some unit has "
                                                                "different values (or NULL and a value) in it")
-        self.con.execute(f"CREATE TABLE {TWIN_SCHEMA}.{prepared_table(table.name)} AS "
-                          f"SELECT * FROM {prepared_table(table.name)} LIMIT 0")
+        tables = [prepared_table(table.name)]
+        later = None if table.public else later_rows(table, prepared_table(table.name))
+        if later is not None:
+            self.con.execute(f"CREATE TABLE {later_rows_table(table.name)} AS {later.sql(DIALECT)}")
+            tables.append(later_rows_table(table.name))
+        for name in tables:
+            self.con.execute(f"CREATE TABLE {TWIN_SCHEMA}.{name} AS SELECT * FROM {name} LIMIT 0")
         if table.source.kind == "duckdb":  # the copy is made: the steward's database file is not needed any more
             self.con.execute(f"DETACH {names.attached_source(table.name)}")
 

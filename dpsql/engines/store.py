@@ -74,13 +74,21 @@ def ensure(policy: Policy, data_version: str, bounding_seed: int | None, config:
     return wanted, True
 
 
-def load_sql(policy: Policy, portable: bool = False) -> str:
+def load_sql(policy: Policy, portable: bool = False, listed: bool = True) -> str:
     """The SQL that prepares each table, over a placeholder source and salt: part of the store's identity, so that a
     store prepared by other load logic (an older dpsql: ranks, cleaning, fixed point) is rebuilt, not used, without
     anyone having to remember to change STORE_FORMAT."""
     source = exp.to_table("__dp_source")
-    return "\n".join((bounding.cleaned_rows(table, source) if table.public else bounding.prepared_rows(
-        table, source, 0, portable)).sql(DIALECT) for table in policy.tables.values())
+    parts = []
+    for table in policy.tables.values():
+        if table.public:
+            parts.append(bounding.cleaned_rows(table, source))
+        else:
+            parts.append(bounding.prepared_rows(table, source, 0, portable))
+            later = bounding.later_rows(table, "__dp_prepared") if listed else None
+            if later is not None:
+                parts.append(later)
+    return "\n".join(part.sql(DIALECT) for part in parts)
 
 
 def ready(path: Path, wanted: Identity) -> bool:

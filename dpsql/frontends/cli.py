@@ -139,7 +139,8 @@ def explain_command(sql: str, policy: Path, epsilon: Fraction | float | None, ac
     """Show the rewritten SQL, each cell's mechanism, noise and interval, and the cost. Spends nothing."""
     session = PrivateSession(policy)
     try:
-        click.echo(explain(session.prepare(sql, _parameters(params), epsilon=epsilon, accuracy=accuracy).plan))
+        click.echo(explain(session.prepare(sql, _parameters(params), epsilon=epsilon, accuracy=accuracy).plan,
+                           listed=session.engine.lists_earlier_rows))
     finally:
         session.close()
 

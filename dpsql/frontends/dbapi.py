@@ -141,7 +141,8 @@ class Connection:
                 epsilon: float | None = None, accuracy: float | None = None) -> str:
         """What the query would run and cost (with `accuracy`: the epsilon it would charge for it), without running
         it or spending budget."""
-        return explain(self.session.prepare(operation, parameters, epsilon=epsilon, accuracy=accuracy).plan)
+        return explain(self.session.prepare(operation, parameters, epsilon=epsilon, accuracy=accuracy).plan,
+                       listed=self.session.engine.lists_earlier_rows)
 
     def budget(self, analyst: str | None = None, *, everyone: bool = False) -> Spending:
         """Spent and remaining budget: this connection's analyst's, or with `everyone` the totals of all analysts.

@@ -17,7 +17,7 @@ from dpsql.sql import names
 from dpsql.sql.parse import DIALECT
 
 
-def explain(query_plan: QueryPlan) -> str:
+def explain(query_plan: QueryPlan, listed: bool = True) -> str:
     query = query_plan.query
     table = query.table
     lines = [f"Cost: {_cost(query_plan)}"]
@@ -49,8 +49,8 @@ def explain(query_plan: QueryPlan) -> str:
         lines.append(f"  {recipe.call.text} = {aggregate(recipe.call).explain(recipe, query_plan.measurements)}")
     if _post_processes(query_plan):
         lines += ["", f"Then, on the noisy cells only: {_readable_outer(query_plan)}"]
-    lines += ["", "Rewritten SQL (runs on the data, enforces the bounds):", _indent(pretty(query_plan))]
-    for indices, sql in pretty_buckets(query_plan):
+    lines += ["", "Rewritten SQL (runs on the data, enforces the bounds):", _indent(pretty(query_plan, listed=listed))]
+    for indices, sql in pretty_buckets(query_plan, listed=listed):
         read_by = ", ".join(f"m{i}" for i in indices)
         lines += ["", f"Rows per candidate for {read_by} (a query of its own over the same bounded rows):",
                   _indent(sql)]

@@ -12,16 +12,18 @@ values (`__dp_key`), its rank within its unit by that hash (`__dp_rank`), the un
 each bounded column its clamped fixed-point integer (`__dp_q_<col>`, see dp/fixedpoint.py); each text or integer
 column with declared values a flag that the row's value is one of them (`__dp_known_<col>`), and the row a bit
 mask of the columns (and known flags) that hold more than one value among its unit's rows (`__dp_varies`). The
-rows of units with more than m rows are stored last. Queries then only filter, so they do not sort the table per
-person each time.
+rows of units with more than m rows are stored last. Beside it (`later_rows`), the rows ranked m + 1 .. m + 4 of
+those units, each with the lists of its unit's earlier rows' values. Queries then only filter, so they do not sort
+the table per person each time.
 
 At query time (`cap_rows`): a query without a row filter keeps `__dp_rank <= m`. A query with a filter caps
 *after* filtering (the filter is row-local, so this still depends only on the unit's rows): rows among the first
-m of their unit are kept if they pass, and only the units with more than m rows whose filter columns vary among
-their rows are ranked again, in the load-time order (a unit whose filter columns hold one value passes all its
-rows or none). Unless the filter reads only columns declared `per_unit` (the same value on every row of a unit,
-checked at load by `varying_units`): it then keeps whole units, and `__dp_rank <= m` is the same cap at the cost
-of a filter.
+m of their unit are kept if they pass; the next few are kept if fewer than m of their earlier rows pass, counted
+over the lists by the filter rewritten to read them; only the rows after those, in units with still more rows
+whose filter columns vary, are ranked again, in the load-time order (a unit whose filter columns hold one value
+passes all its rows or none). Unless the filter reads only columns declared `per_unit` (the same value on every
+row of a unit, checked at load by `varying_units`): it then keeps whole units, and `__dp_rank <= m` is the same
+cap at the cost of a filter.
 
 Everything here is a sqlglot tree; the engine decides how the source is read and where the result is stored.
 """
@@ -76,8 +78,10 @@ def prepared_rows(table: TablePolicy, source: exp.Expression, salt: int, portabl
     # rank's window laid them out before (each unit's rows together, in rank order, for the window per query).
     # Speed only: no answer depends on the order of the rows (release shuffles the groups: see
     # tests/attacks/test_release_order.py, whose attack without the shuffle relies on a layout by unit).
-    return joined.order_by(exp.column(names.UNIT_ROWS) > table.bound.max_rows, exp.column(names.UNIT),
-                           exp.column(names.RANK), copy=False)
+    # Units with more rows than the later-rows table holds come last of all: only they go through the window.
+    over = exp.column(names.UNIT_ROWS)
+    return joined.order_by(over > table.bound.max_rows, over.copy() > table.bound.max_rows + LISTED_DEPTH,
+                           exp.column(names.UNIT), exp.column(names.RANK), copy=False)
 
 
 # Floats enter the portable key at this resolution only (2**-20), as an integer: the text of a double differs
@@ -126,7 +130,7 @@ def cleaned_rows(table: TablePolicy, source: exp.Expression) -> exp.Select:
 
 
 def cap_rows(tree: exp.Select, table: TablePolicy, max_rows: int, prepared: str, alias: str,
-             whole_units: bool = False) -> exp.Select:
+             whole_units: bool = False, listed: bool = True) -> exp.Select:
     """The bounded query's rows, at most `max_rows` per unit. `tree` reads the prepared table `prepared` as
     `alias`, with the analyst's row filter (if any) as its WHERE; the result reads the kept rows as `alias`.
 
@@ -134,6 +138,8 @@ def cap_rows(tree: exp.Select, table: TablePolicy, max_rows: int, prepared: str,
     rows or none, and the rank prepared at load is already the rank among the kept rows. Keeping `rank <= m` is
     private whatever the filter (at most m rows of each unit, chosen by its own rows: capping before the filter
     is as private as after it); per_unit is what makes it the same answer as capping after.
+
+    `listed`: the engine prepared the later-rows table (`later_rows`; DuckDB does, Spark does not): part 2 below.
     """
     if table.row_privacy:
         return tree  # every row is its own unit: the cap of one row holds by construction
@@ -146,23 +152,40 @@ def cap_rows(tree: exp.Select, table: TablePolicy, max_rows: int, prepared: str,
         return exp.select("*").from_(exp.to_table(prepared).as_(alias)) \
             .where(exp.and_(*conditions, copy=False), copy=False)
 
-    # The first m passing rows of each unit in load-rank order, in two disjoint parts, so that only the few rows
+    # The first m passing rows of each unit in load-rank order, in three disjoint parts, so that only the few rows
     # that need it are ranked again (a window sorts, and it was 5-9x the query on its own).
     # 1. A row among the first m of its unit has at most m - 1 rows before it: it is kept if it passes (every
     #    unit with at most m rows is all here).
-    # 2. A later row (rank r > m) is kept if fewer than m of the rows before it pass. With f the unit's failing
-    #    rows among its first m and L its passing later rows before this one, that is m - f + L < m, or L < f.
-    #    One window over the unit's failing first and passing later rows, in rank order (the f failing ones come
-    #    first) numbers the passing later rows f + L + 1: kept if that is at most 2f. A unit whose rows all hold
-    #    the same value of every column the filter reads (flagged at load) passes all its rows or none, so none
-    #    of its later rows is kept (f = 0 or no passing row): it is left out, which leaves nothing to rank when
-    #    the filter reads columns constant within units (age, sex, region of a patient).
-    # Each row's filter is evaluated at most twice, in each part at most once, whatever the data.
+    # 2. A later row (rank r > m) is kept if it passes and fewer than m of the r - 1 rows before it pass. For the
+    #    ranks m + 1 .. m + LISTED_DEPTH the loader stored those rows' values beside the row (`later_rows`): the
+    #    filter, rewritten to read them, is counted over them, row by row, without a window. Only when the filter
+    #    reads columns of this table alone (no subquery): else this part is left out and part 3 takes its rows.
+    # 3. The rows after those, in units with more rows: with f the unit's failing rows among its first m and L
+    #    its passing later rows before this one, kept if m - f + L < m, or L < f. One window over the unit's
+    #    failing first and passing later rows, in rank order (the f failing ones come first) numbers the passing
+    #    later rows f + L + 1: kept if that is at most 2f.
+    # In parts 2 and 3, a unit whose rows all hold the same value of every column the filter reads (the load-time
+    # mask) passes all its rows or none, so none of its later rows is kept (f = 0 or no passing row): it is left
+    # out before the filter runs, which leaves nothing to do when the filter reads columns constant within units
+    # (age, sex, region of a patient). Each row's filter is evaluated at most twice, whatever the data.
     rank, rows = exp.column(names.RANK), exp.column(names.UNIT_ROWS)
     first_rows = kept(passes.copy(), rank <= max_rows)
+    same = _one_value_within_units(passes, table, alias)
+    # The later-rows table was built for the table's own bound (a smaller one would need other rows listed).
+    listed = listed and max_rows == table.bound.max_rows
+    passing_before = _passing_earlier_rows(passes, table, alias) if listed else None
+    parts = [first_rows]
+    windowed_from = max_rows
+    if passing_before is not None:
+        decided = exp.Case().when(same.copy(), exp.false()).when(passes.copy(), passing_before < max_rows) \
+            .else_(exp.false())
+        lists = [exp.column(names.earlier_column(name)) for name in _listed(table)]
+        parts.append(exp.select(exp.Star(except_=lists)).from_(
+            exp.to_table(names.later_rows_table(table.name)).as_(alias)).where(decided, copy=False))
+        windowed_from = max_rows + LISTED_DEPTH
     # One CASE, so that the filter runs only on the rows of units whose filter columns vary (DuckDB evaluated the
     # filter first when it was a conjunction beside the mask's test, and it did not push that test into the scan).
-    candidates = exp.Case().when(_one_value_within_units(passes, table, alias), exp.false()) \
+    candidates = exp.Case().when(same, exp.false()) \
         .when(rank.copy() <= max_rows, exp.Not(this=exp.Coalesce(this=passes.copy(), expressions=[exp.false()]))) \
         .else_(passes.copy())
     in_rank_order = exp.Order(expressions=[exp.Ordered(this=rank.copy())])
@@ -170,10 +193,104 @@ def cap_rows(tree: exp.Select, table: TablePolicy, max_rows: int, prepared: str,
     # COUNT of a CASE rather than COUNT(*) FILTER, which the Spark translation does not take.
     failing_first = exp.Window(this=exp.Count(this=exp.Case().when(rank.copy() <= max_rows, exp.Literal.number(1))),
                                partition_by=[exp.column(names.UNIT)], order=in_rank_order.copy())
-    later_rows = kept(rows > max_rows, candidates).qualify(
-        exp.and_(rank.copy() > max_rows, numbered <= exp.Literal.number(2) * failing_first, copy=False), copy=False)
-    union = exp.union(first_rows, later_rows, distinct=False, copy=False)
+    parts.append(kept(rows > windowed_from, candidates).qualify(
+        exp.and_(rank.copy() > windowed_from, numbered <= exp.Literal.number(2) * failing_first, copy=False),
+        copy=False))
+    union = parts[0]
+    for part in parts[1:]:
+        union = exp.union(union, part, distinct=False, copy=False)
     return exp.select("*").from_(union.subquery(alias, copy=False), copy=False)
+
+
+# Rows ranked m + 1 .. m + LISTED_DEPTH in units over the bound get their earlier rows' values (`later_rows`), so
+# that the filtered cap decides them without a window; later ones (units with more rows still) go to the window.
+# The lists hold at most LISTED_DEPTH * (m + LISTED_DEPTH / 2) values per such unit and column.
+LISTED_DEPTH = 4
+
+
+def later_rows(table: TablePolicy, prepared: str) -> exp.Select | None:
+    """The SELECT of the later-rows table from the prepared table `prepared` (None under row privacy): its rows
+    ranked m + 1 .. m + LISTED_DEPTH in units with more than m rows, each with every column's values on the unit's
+    rows ranked before it, as lists in rank order (`__dp_earlier_<col>`, at index i the row ranked i).
+
+    The lists are cut from one list of whole rows (structs), so that index i of every list is the same row; a
+    struct is never NULL, so no engine's list aggregate drops one (Spark's collect_list drops NULLs)."""
+    if table.row_privacy:
+        return None
+    m = table.bound.max_rows
+    row = exp.Struct(expressions=[exp.PropertyEQ(this=exp.to_identifier(name, quoted=True), expression=_column(name))
+                                  for name in _listed(table)])
+    before = exp.Window(this=exp.ArrayAgg(this=row), partition_by=[exp.column(names.UNIT)],
+                        order=exp.Order(expressions=[exp.Ordered(this=exp.column(names.RANK))]),
+                        spec=exp.WindowSpec(kind="ROWS", start="UNBOUNDED", start_side="PRECEDING",
+                                            end=exp.Literal.number(1), end_side="PRECEDING"))
+    heads = exp.select("*", exp.alias_(before, names.EARLIER), copy=False).from_(prepared, copy=False).where(
+        exp.and_(exp.column(names.UNIT_ROWS) > m, exp.column(names.RANK) <= m + LISTED_DEPTH), copy=False)
+    element = "__dp_e"
+    lists = [exp.alias_(exp.Transform(this=exp.column(names.EARLIER), expression=exp.Lambda(
+        this=exp.Dot(this=exp.column(element), expression=exp.to_identifier(name, quoted=True)),
+        expressions=[exp.to_identifier(element)])), names.earlier_column(name)) for name in _listed(table)]
+    return exp.select(exp.Star(except_=[exp.column(names.EARLIER)]), *lists, copy=False) \
+        .from_(heads.subquery(copy=False), copy=False).where(exp.column(names.RANK) > m, copy=False) \
+        .order_by(exp.column(names.UNIT), exp.column(names.RANK), copy=False)
+
+
+def _listed(table: TablePolicy) -> list[str]:
+    """The prepared columns whose earlier values the later-rows table lists: the declared ones and the known flags."""
+    return [*table.columns, *_known_names(table)]
+
+
+def _passing_earlier_rows(condition: exp.Expression, table: TablePolicy, alias: str) -> exp.Expression | None:
+    """How many of the row's earlier rows `condition` keeps, from the later-rows table's lists, or None when it
+    reads anything but this table's declared columns and known flags (a subquery, another table, another dpsql
+    column).
+
+    A lambda over the list of one column, the columns that hold one value in the unit (the load-time mask; the
+    unit itself) read from the row itself: they are the same on the earlier rows, exactly (the mask compares NULLs
+    and the sign of zeros). One such lambda per column read, for the units where the others hold one value; the
+    other units zip the lists (one struct per earlier row), which was about twice as slow. An index into each
+    list was slower still: DuckDB copies a list a lambda reads from outside once per element."""
+    if any(isinstance(node, exp.Query) for node in condition.walk()):
+        return None
+    listed = set(_listed(table))
+    read: list[str] = []
+    for column in condition.find_all(exp.Column):
+        if column.table not in ("", alias) or column.name not in listed:
+            return None
+        if column.name not in read and column.name != table.privacy_unit:
+            read.append(column.name)
+    if len(read) <= 1:  # no column but the unit's: the same on all rows; counted over any list of earlier rows
+        return _count_earlier(condition, read or [next(iter(table.columns))], alias, set())
+    flagged = _flagged(table)
+    count = exp.Case()
+    for name in read:
+        others = [other for other in read if other != name]
+        if all(other in flagged for other in others):
+            same = exp.EQ(this=exp.BitwiseAnd(this=exp.column(names.VARIES, alias), expression=exp.Literal.number(
+                sum(flagged[other] for other in others))), expression=exp.Literal.number(0))
+            count = count.when(same, _count_earlier(condition, [name], alias, set(others)))
+    zipped = _count_earlier(condition, read, alias, set())
+    return count.else_(zipped) if count.args.get("ifs") else zipped
+
+
+def _count_earlier(condition: exp.Expression, lists: list[str], alias: str, own: set[str]) -> exp.Expression:
+    """How many earlier rows `condition` keeps: a lambda over the list of the one column in `lists` (or over the
+    lists zipped), reading the columns in `own` from the row itself and the unit's column from the row too."""
+    element = exp.column(names.EARLIER_ELEMENT)
+
+    def on_earlier(node: exp.Expression) -> exp.Expression:
+        if not isinstance(node, exp.Column) or node.name in own or node.name not in lists:
+            return node  # the row's own value (one value in the unit), or not a column
+        if len(lists) == 1:
+            return element.copy()
+        # sqlglot numbers from 0 and writes DuckDB's e[1] for the first field.
+        return exp.Bracket(this=element.copy(), expressions=[exp.Literal.number(lists.index(node.name))])
+
+    columns = [exp.column(names.earlier_column(name), alias) for name in lists]
+    over = columns[0] if len(columns) == 1 else exp.Anonymous(this="LIST_ZIP", expressions=columns)
+    body = condition.copy().transform(on_earlier, copy=False)
+    return exp.ArraySize(this=exp.ArrayFilter(this=over, expression=exp.Lambda(
+        this=body, expressions=[exp.to_identifier(names.EARLIER_ELEMENT)])))
 
 
 def _one_value_within_units(condition: exp.Expression, table: TablePolicy, alias: str) -> exp.Expression:
@@ -267,9 +384,11 @@ def _known(table: TablePolicy) -> list[exp.Expression]:
     return [exp.alias_(_is_known(column), known(column)) for column in table.columns.values() if known(column)]
 
 
-def _is_known(column: ColumnPolicy) -> exp.Expression:
+def _is_known(column: ColumnPolicy, of: exp.Expression | None = None) -> exp.Expression:
+    """Whether the column's value (or `of`, the value of an earlier row) is one of its declared values; NULL: no."""
     assert column.values is not None
-    member = exp.In(this=_column(column.name), expressions=[literal(value) for value in column.values])
+    member = exp.In(this=of if of is not None else _column(column.name),
+                    expressions=[literal(value) for value in column.values])
     return exp.Coalesce(this=member, expressions=[exp.false()])
 
 

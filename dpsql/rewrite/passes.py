@@ -53,6 +53,7 @@ class _Context:
     # The row filter reads only the unit and columns declared per_unit, so it keeps whole units or none: the rank
     # prepared at load caps the query, as without a filter.
     whole_units: bool
+    listed: bool = True  # the engine prepared the later-rows tables (rewrite/bounding.later_rows)
 
     def value_index(self, argument: exp.Expression) -> int:
         return self.arguments.index(argument)
@@ -61,11 +62,12 @@ class _Context:
 Pass = Callable[[exp.Select, _Context], exp.Select]
 
 
-def rewrite(plan: QueryPlan, dialect: str = DIALECT) -> BoundedQuery:
-    """The bounded query, as SQL of the target engine's dialect."""
+def rewrite(plan: QueryPlan, dialect: str = DIALECT, listed: bool = True) -> BoundedQuery:
+    """The bounded query, as SQL of the target engine's dialect. `listed`: the engine prepared the later-rows tables
+    (rewrite/bounding.later_rows), which the filtered cap then reads."""
     name = plan.query.table.name
-    sql = _build(plan, names.prepared_table(name)).sql(dialect)
-    buckets = tuple((indices, _bucket_query(plan, names.prepared_table(name), spec).sql(dialect))
+    sql = _build(plan, names.prepared_table(name), listed).sql(dialect)
+    buckets = tuple((indices, _bucket_query(plan, names.prepared_table(name), spec, listed).sql(dialect))
                     for indices, spec in _quantile_arguments(plan))
     return BoundedQuery(sql=sql, key_count=len(plan.query.keys), buckets=buckets)
 
@@ -80,31 +82,31 @@ def _quantile_arguments(plan: QueryPlan) -> list[tuple[tuple[int, ...], Measurem
     return [(tuple(indices), spec) for indices, spec in found.values()]
 
 
-def _bucket_query(plan: QueryPlan, table: str, spec: MeasurementSpec) -> exp.Select:
+def _bucket_query(plan: QueryPlan, table: str, spec: MeasurementSpec, listed: bool = True) -> exp.Select:
     """The rows per (group, candidate) of one quantile's argument, over the very rows the bounded query reads."""
-    rows, context = _rows(plan, table)
+    rows, context = _rows(plan, table, listed)
     keys = [names.key(i) for i in range(len(plan.query.keys))]
     return bucket_counts(rows, keys, _value_column(spec, context), spec.grid)
 
 
-def pretty(plan: QueryPlan, dialect: str = DIALECT) -> str:
-    return _build(plan, names.prepared_table(plan.query.table.name)).sql(dialect, pretty=True)
+def pretty(plan: QueryPlan, dialect: str = DIALECT, listed: bool = True) -> str:
+    return _build(plan, names.prepared_table(plan.query.table.name), listed).sql(dialect, pretty=True)
 
 
-def pretty_buckets(plan: QueryPlan, dialect: str = DIALECT) -> list[tuple[tuple[int, ...], str]]:
+def pretty_buckets(plan: QueryPlan, dialect: str = DIALECT, listed: bool = True) -> list[tuple[tuple[int, ...], str]]:
     """Each quantile argument's own query (see BoundedQuery.buckets), for explain."""
     table = names.prepared_table(plan.query.table.name)
-    return [(indices, _bucket_query(plan, table, spec).sql(dialect, pretty=True))
+    return [(indices, _bucket_query(plan, table, spec, listed).sql(dialect, pretty=True))
             for indices, spec in _quantile_arguments(plan)]
 
 
-def _build(plan: QueryPlan, table: str) -> exp.Select:
-    return aggregate_measurements(*_rows(plan, table))
+def _build(plan: QueryPlan, table: str, listed: bool = True) -> exp.Select:
+    return aggregate_measurements(*_rows(plan, table, listed))
 
 
-def _rows(plan: QueryPlan, table: str) -> tuple[exp.Select, _Context]:
+def _rows(plan: QueryPlan, table: str, listed: bool = True) -> tuple[exp.Select, _Context]:
     """The bounded rows, one per kept row (every pass but the aggregation), and the context they were built in."""
-    context = _Context(plan, table, _alias(plan), _arguments(plan), _whole_units(plan))
+    context = _Context(plan, table, _alias(plan), _arguments(plan), _whole_units(plan), listed)
     relation = plan.query.relation  # joined tables: their SQL, capped already, stands for the table
     source = relation.sql.subquery(context.alias) if relation is not None else exp.to_table(table).as_(context.alias)
     tree = exp.select("*", copy=False).from_(source, copy=False)
@@ -181,7 +183,7 @@ def cap_rows_per_unit(tree: exp.Select, context: _Context) -> exp.Select:
     if context.plan.query.relation is not None:
         return tree  # the relation's SQL keeps at most m rows per unit; a row filter only removes rows
     return bounding.cap_rows(tree, context.plan.query.table, context.plan.max_rows, context.table, context.alias,
-                             context.whole_units)
+                             context.whole_units, context.listed)
 
 
 def _whole_units(plan: QueryPlan) -> bool:

@@ -30,6 +30,8 @@ UNIT = "__dp_unit"  # the privacy unit (or a row number under row privacy)
 ROW_KEY = "__dp_key"  # the secret salted hash that orders one unit's rows
 RANK = "__dp_rank"  # the row's rank within its unit by ROW_KEY
 UNIT_ROWS = "__dp_n"  # how many rows the unit has in all
+EARLIER = "__dp_earlier"  # in the later-rows table, while it is built: the earlier rows, as structs
+EARLIER_ELEMENT = "__dp_e"  # the filtered cap's lambda variable: one earlier row's value (or values, zipped)
 VARIES = "__dp_varies"  # bit mask: which columns hold more than one value among the unit's rows (rewrite/bounding.py)
 GROUP_ROW = "__dp_group_row"  # a row's rank within its unit's rows of one group, by ROW_KEY
 GROUP_KEY = "__dp_group_key"  # the smallest ROW_KEY of a unit's rows in one group: orders its groups
@@ -78,6 +80,17 @@ def row_integer(index: int) -> str:
 def prepared_table(table: str) -> str:
     """The loaded, ranked copy of a policy table that bounded queries read."""
     return f"__dp_{table}"
+
+
+def later_rows_table(table: str) -> str:
+    """The loader's copy of a private table's rows ranked just after its unit's first m, each with the values of
+    the rows ranked before it (rewrite/bounding.later_rows). `__dpl_`, never `__dp_` + a table name."""
+    return f"__dpl_{table}"
+
+
+def earlier_column(column: str) -> str:
+    """In the later-rows table: the list of a column's values on the unit's rows ranked before the row."""
+    return f"__dp_earlier_{column}"
 
 
 def quantized_column(column: str) -> str:

@@ -488,8 +488,8 @@ class Connection:
             context = Context(settings, self.user, lambda: session.spending(self.user), parameters=parameters)
             return await self._in_thread(statement.command.run, context)
         if statement.explained is not None:
-            text = await self._with_engine(lambda: explain(session.prepare(statement.explained, bound,
-                                                                           **cost).plan))
+            text = await self._with_engine(lambda: explain(session.prepare(statement.explained, bound, **cost).plan,
+                                                           listed=session.engine.lists_earlier_rows))
             return Answer(_EXPLAIN_COLUMNS, [(line,) for line in text.splitlines()], "EXPLAIN")
         result = await self._with_engine(lambda: session.execute(statement.sql, bound, **cost))
         return self._private_answer(result, settings.intervals)
