@@ -94,8 +94,12 @@ def per_unit_relation(subquery: exp.Subquery, policy: Policy, type_check: TypeCh
     m = table.bound.max_rows
     alias = inner.args["from_"].this.alias_or_name
     columns = {unit_name: ColumnPolicy(unit_name, table.columns[table.privacy_unit].type)}
+    # One table: its unit column is __dp_unit (bounding.prepared_rows), so the rows are grouped by that alone (two
+    # equal keys cost DuckDB a wider hash). A join's __dp_unit is its first table's: both keys, as written.
+    single = joined is None
+    unit_value = exp.column(names.UNIT, alias) if single else unit_item.copy()
     projection = [exp.alias_(exp.column(names.UNIT, alias), names.UNIT),
-                  exp.alias_(unit_item.copy(), unit_name, quoted=True)]
+                  exp.alias_(unit_value, unit_name, quoted=True)]
     for item in inner.expressions:
         if item is unit_item or (isinstance(item, exp.Alias) and item.this is unit_item):
             continue
@@ -115,7 +119,8 @@ def per_unit_relation(subquery: exp.Subquery, policy: Policy, type_check: TypeCh
     keep = _having(having.this, table, m, type_check, columns, projection) if having is not None else None
     source = joined.sql.subquery(alias) if joined is not None else exp.to_table(
         names.prepared_table(table.name)).as_(alias)
-    per_unit = exp.select(*projection).from_(source).group_by(exp.column(names.UNIT, alias), unit_item.copy())
+    keys = [exp.column(names.UNIT, alias)] if single else [exp.column(names.UNIT, alias), unit_item.copy()]
+    per_unit = exp.select(*projection).from_(source).group_by(*keys)
     if filters:
         per_unit = per_unit.where(exp.and_(*filters))
     quantized = [exp.alias_(exp.cast(fixed_point(c.interval).centered(exp.column(exp.to_identifier(
@@ -232,13 +237,14 @@ def _aggregate_column(call: exp.Expression, name: str, table: TablePolicy, m: in
         raise QueryRejected(f"{place}: {exc}") from None
     bare = argument.unnest() if isinstance(argument, exp.Paren) else argument
     nullable = not (isinstance(bare, exp.Column) and not table.columns[bare.name].nullable)
+    steps = loaded_steps(bare, table, interval)
     if kind == "SUM":
         derived = Interval(m * min(interval.lo, 0.0), m * max(interval.hi, 0.0))
         return (ColumnPolicy(name, ColumnType.FLOAT, derived.lo, derived.hi, nullable=nullable),
-                _exact_sum(value, interval))
+                _exact_sum(value, interval, steps=steps))
     if kind == "AVG":
         return (ColumnPolicy(name, ColumnType.FLOAT, interval.lo, interval.hi, nullable=nullable),
-                _exact_sum(value, interval, average=True))
+                _exact_sum(value, interval, average=True, steps=steps))
     integer = isinstance(bare, exp.Column) and table.columns[bare.name].type is ColumnType.INT
     values = tuple(range(int(interval.lo), int(interval.hi) + 1)) if integer and (
         interval.hi - interval.lo < MAX_DERIVED_DOMAIN) else None
@@ -253,13 +259,25 @@ def _aggregate_column(call: exp.Expression, name: str, table: TablePolicy, m: in
             exp.Add(this=exp.cast(aggregate, exp.DataType.Type.DOUBLE), expression=double(0.0)))
 
 
-def _exact_sum(value: exp.Expression, interval: Interval, average: bool = False) -> exp.Expression:
+def loaded_steps(argument: exp.Expression, table: TablePolicy, interval: Interval) -> exp.Expression | None:
+    """A bare bounded column's fixed-point integers, computed at load on the same grid (`__dp_q_<col>`): read
+    rather than computed per row again (which was half of a per-unit SUM's time), or None."""
+    if not isinstance(argument, exp.Column):
+        return None
+    column = table.columns[argument.name]
+    if not (column.bounded and column.interval == interval):
+        return None
+    return exp.column(names.quantized_column(argument.name), argument.table)
+
+
+def _exact_sum(value: exp.Expression, interval: Interval, average: bool = False,
+               steps: exp.Expression | None = None) -> exp.Expression:
     """SUM (or AVG) of a unit's clamped values, exactly: each row's fixed-point integer (dp/fixedpoint.py) summed in
     HUGEINT, which no order of additions can change, and the exact total turned into a DOUBLE once. A float SUM
     rounds by the order DuckDB adds the rows in, and with several threads that order follows where the unit's rows
     fall among everyone else's: one person's rows would then move other units' derived values."""
     grid = fixed_point(interval)
-    steps = grid.centered(value)
+    steps = steps if steps is not None else grid.centered(value)  # `steps`: the loader's grid.centered(value)
     count = exp.Count(this=steps.copy())
     total = exp.Add(this=exp.Sum(this=steps),
                     expression=exp.Mul(this=exp.cast(exp.Literal.number(grid.center), exp.DataType.Type.INT128),
