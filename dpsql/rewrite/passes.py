@@ -141,7 +141,12 @@ def filter_rows(tree: exp.Select, context: _Context) -> exp.Select:
     where = context.plan.query.where
     if where is None:
         return tree
-    tree = tree.where(_guarded(where, context), copy=False)
+    # Each conjunct in its own TRY: a row passes only if every one is TRUE either way (an error is NULL, which no
+    # AND of them makes TRUE), and DuckDB can push a conjunct that reads one side of a join into that side's scan
+    # (one TRY around `d.beds > 20 AND v.cost > 500` made the join read every row first).
+    bare = where.unnest()
+    for conjunct in (bare.flatten() if isinstance(bare, exp.And) else [where]):
+        tree = tree.where(_guarded(conjunct, context), copy=False)
     if context.whole_units:
         return tree  # capped by the load-time rank, as without a filter: nothing to gain from dropping rows first
     # Rows whose public key is outside its declared values are never released; with a filter anyway, drop
