@@ -83,6 +83,12 @@ class ColumnPolicy:
         return self.max_length or DEFAULT_MAX_LENGTH
 
     @property
+    def flags_values(self) -> bool:
+        """Whether a private table's prepared copy has this column's declared-values flag (rewrite/bounding.known):
+        a text or integer column with declared values."""
+        return self.values is not None and self.type in (ColumnType.TEXT, ColumnType.INT)
+
+    @property
     def bounded(self) -> bool:
         return self.lower is not None
 

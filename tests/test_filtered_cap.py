@@ -127,3 +127,44 @@ def test_the_filtered_cap_keeps_what_one_window_over_the_filtered_rows_keeps(tmp
                 assert found == expected, (condition, query)
     finally:
         engine.close()
+
+
+# A join keeps the rows whose private key is declared by the flag its SQL carries from the prepared table
+# (relation.Relation.flagged), as a single table does; here against the IN it replaced, on keys declared or not.
+JOIN_QUERIES = ("SELECT t.grp, COUNT(*) FROM t JOIN k ON t.grp = k.grp WHERE k.w > 0 GROUP BY t.grp",
+                "SELECT t.grp, k.w, COUNT(*), SUM(t.v) FROM t LEFT JOIN k ON t.grp = k.grp WHERE t.v > 2 "
+                "GROUP BY t.grp, k.w")
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(units=st.lists(st.lists(st.tuples(st.sampled_from("abcd"), st.integers(0, 9)), min_size=1, max_size=5),
+                      min_size=1, max_size=12), m=st.integers(1, 3))
+def test_a_join_reads_the_declared_values_flag_of_its_private_table(tmp_path_factory, monkeypatch, units,
+                                                                    m) -> None:
+    folder = tmp_path_factory.mktemp("joinflag")
+    write_csv(folder / "t.csv", ["pid", "grp", "v"],
+              [(pid, g, v) for pid, rows in enumerate(units, 1) for g, v in rows])
+    write_csv(folder / "k.csv", ["grp", "w"], [("a", 1), ("b", 0), ("c", 2), ("d", 3)])
+    policy = load_policy(write_policy(folder / "p.toml", {
+        "t": {"source": "t.csv", "privacy_unit": "pid", "max_rows_per_unit": m,
+              "columns": {"pid": {"type": "int"}, "grp": {"type": "text", "values": ["a", "b", "c"]},
+                          "v": {"type": "int", "lower": 0, "upper": 9}}},
+        "k": {"source": "k.csv", "public": True,
+              "columns": {"grp": {"type": "text"}, "w": {"type": "int", "values": [0, 1, 2, 3]}}}}))
+    engine = DuckDBEngine(policy)
+    budget = Budget(Fraction(1), Fraction(0), Accounting.PURE, MechanismKind.LAPLACE)
+    try:
+        for query in JOIN_QUERIES:
+            def bounded() -> str:
+                return rewrite(plan(check(parse(query), policy, VOCABULARY, engine.public_facts()), budget)).sql  # noqa: B023
+
+            flagged, declared = bounded(), "IN ('a', 'b', 'c')"
+            assert declared not in flagged and f"__dp_joined.{names.known_column('t_grp')}" in flagged
+            found = sorted(engine.run(flagged), key=repr)
+            with monkeypatch.context() as patched:
+                patched.setattr(bounding, "known", lambda column: None)
+                plain = bounded()
+                assert declared in plain
+                assert found == sorted(engine.run(plain), key=repr), query
+    finally:
+        engine.close()

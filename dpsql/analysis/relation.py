@@ -51,6 +51,9 @@ class Relation:
     schema: TablePolicy  # the columns the outer query reads, the unit column and the bound m
     sql: exp.Select  # the relation's rows over the prepared tables, capped: at most m rows per unit
     steps: tuple[str, ...]  # how m was derived, for explain
+    # The columns whose declared-values flag the SQL carries (names.known_column of the column's name here): a
+    # private table's, read from its prepared copy.
+    flagged: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -114,7 +117,8 @@ def resolve(tree: exp.Select, policy: Policy, facts: PublicFacts | None,
     unit = mapping[(first.alias, first.table.privacy_unit)] if first.table.privacy_unit else None
     schema = TablePolicy(JOINED, first.table.source, columns, ContributionBound(bound), unit,
                          first.table.row_privacy, unit=first.table.unit)
-    relation = Relation(schema, _relation_sql(members, mapping, columns, tree), tuple(steps))
+    sql, flagged = _relation_sql(members, mapping, columns, tree)
+    relation = Relation(schema, sql, tuple(steps), flagged)
     return _over_relation(tree, mapping), relation
 
 
@@ -415,12 +419,12 @@ def _public_column(member: _Member, column: ColumnPolicy, mapped: str, facts: Pu
 
 
 def _relation_sql(members: list[_Member], mapping: dict[tuple[str, str], str], columns: dict[str, ColumnPolicy],
-                  tree: exp.Select) -> exp.Select:
+                  tree: exp.Select) -> tuple[exp.Select, frozenset[str]]:
     """SELECT the mapped columns (and the unit, and each bounded column's fixed-point integer) FROM the prepared
     tables joined as written, WHERE each private table's rank <= its m: the cap, before the join (for an INNER
     join, and for the preserved side of a LEFT join, filtering in WHERE is filtering before the join)."""
     renamed = {m.alias: m.name for m in members}
-    projection, seen = [], set()
+    projection, seen, flagged = [], set(), set()
     for member in members:
         for name in member.table.columns:
             mapped = mapping[(member.alias, name)]
@@ -436,6 +440,12 @@ def _relation_sql(members: list[_Member], mapping: dict[tuple[str, str], str], c
                 else:
                     quantized = exp.column(names.quantized_column(name), member.name)
                 projection.append(exp.alias_(quantized, names.quantized_column(mapped)))
+            own = member.table.columns[name]
+            if not member.table.public and member.derived is None and own.flags_values \
+                    and own.values == columns[mapped].values:
+                projection.append(exp.alias_(exp.column(names.known_column(name), member.name),
+                                             names.known_column(mapped)))
+                flagged.add(mapped)
     first = members[0]
     projection.append(exp.alias_(exp.column(names.UNIT, first.name), names.UNIT))
     sql = exp.select(*projection).from_(_source(first))
@@ -447,7 +457,7 @@ def _relation_sql(members: list[_Member], mapping: dict[tuple[str, str], str], c
     # A per-unit subquery has one row per unit already (capped inside it): it has no rank to cap by.
     caps = [exp.column(names.RANK, m.name) <= m.table.bound.max_rows for m in members
             if not m.table.public and not m.table.row_privacy and m.derived is None]
-    return sql.where(exp.and_(*caps)) if caps else sql
+    return (sql.where(exp.and_(*caps)) if caps else sql), frozenset(flagged)
 
 
 def _source(member: _Member) -> exp.Expression:

@@ -372,8 +372,7 @@ def _ranks(table: TablePolicy, portable: bool) -> list[exp.Expression]:
 def known(column: ColumnPolicy) -> str | None:
     """The prepared table's flag of a column with declared values that the row's value is one of them (NULL: no),
     if it has one: a filter keeping rows whose key is a declared value reads it instead of comparing text."""
-    has_flag = column.values is not None and column.type in (ColumnType.TEXT, ColumnType.INT)
-    return names.known_column(column.name) if has_flag else None
+    return names.known_column(column.name) if column.flags_values else None
 
 
 def _known_names(table: TablePolicy) -> set[str]:

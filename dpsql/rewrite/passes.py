@@ -162,11 +162,13 @@ def _declared(key: exp.Expression, domain: tuple, context: _Context) -> exp.Expr
     a bare column with exactly the column's declared values and the prepared table is read (a boolean, where the
     IN compares text: 0.35x plain DuckDB's time over 1M rows), else the IN, in TRY unless it cannot fail."""
     total = _same_type_membership(key, domain, context)
-    if total and context.plan.query.relation is None:
+    relation = context.plan.query.relation
+    if total:
         assert isinstance(key, exp.Column)
         column = context.plan.query.table.columns[key.name]
         flag = bounding.known(column)
-        if flag is not None and column.values == domain:
+        carried = relation is None or key.name in relation.flagged  # a join's SQL carries private tables' flags
+        if flag is not None and carried and column.values == domain:
             return exp.column(flag, context.alias)
     member = exp.In(this=_guarded(key, context), expressions=[literal(v) for v in domain])
     return member if total else exp.func("TRY", member)
