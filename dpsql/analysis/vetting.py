@@ -8,12 +8,15 @@ gives the total form the bounded SQL runs; `TRY` around it (the rewrite) is a se
 
 from __future__ import annotations
 
+import re
 import threading
+from collections.abc import Mapping
 
 import duckdb
 from sqlglot import exp
 
 from dpsql.errors import QueryRejected, first_line
+from dpsql.policy import ColumnPolicy, ColumnType
 from dpsql.sql import sandbox
 
 # Structure that appears inside vetted expressions.
@@ -167,7 +170,42 @@ class ConstantChecker:
                     self._evaluates.add(text)  # decided by the text alone, so it holds for every later query
 
 
-def may_fail(node: exp.Expression) -> bool:
+def may_fail(node: exp.Expression, columns: Mapping[str, ColumnPolicy] | None = None) -> bool:
     """Whether the rewrite wraps `node` in TRY, as a second layer behind the type check: anything but a bare
-    column or literal."""
+    column or literal; given the table's `columns`, also anything but comparisons of numeric columns with each
+    other and with integer literals or literals cast to DOUBLE (and AND, OR, NOT of those). DuckDB compares
+    BIGINT and DOUBLE as DOUBLE, which cannot fail; a DECIMAL literal could make it cast the column to a
+    DECIMAL that overflows on some rows, so it keeps its TRY. TRY cost a fifth of a filtered query's time."""
+    if columns is not None and _numeric_comparisons(node, columns):
+        return False
     return any(type(part) not in NEVER_FAILS for part in node.walk())
+
+
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
+
+
+def _numeric_comparisons(node: exp.Expression, columns: Mapping[str, ColumnPolicy]) -> bool:
+    node = node.unnest()
+    if isinstance(node, exp.And | exp.Or):
+        return _numeric_comparisons(node.this, columns) and _numeric_comparisons(node.expression, columns)
+    if isinstance(node, exp.Not):
+        return _numeric_comparisons(node.this, columns)
+    if isinstance(node, _COMPARISONS):
+        return all(_numeric_operand(side, columns) for side in (node.this, node.expression)) and any(
+            isinstance(side.unnest(), exp.Column) for side in (node.this, node.expression))
+    return False
+
+
+def _numeric_operand(node: exp.Expression, columns: Mapping[str, ColumnPolicy]) -> bool:
+    node = node.unnest()
+    if isinstance(node, exp.Column):
+        return node.name in columns and columns[node.name].type in (ColumnType.INT, ColumnType.FLOAT)
+    if isinstance(node, exp.Neg):
+        node = node.this
+    if isinstance(node, exp.Cast) and node.to.this is exp.DataType.Type.DOUBLE:
+        return isinstance(node.this, exp.Literal) and not node.this.is_string and bool(
+            _NUMBER.fullmatch(node.this.name))
+    return isinstance(node, exp.Literal) and not node.is_string and node.name.isdigit() and int(node.name) < 2 ** 63
+
+
+_NUMBER = re.compile(r"\d+(\.\d*)?([eE][-+]?\d+)?")

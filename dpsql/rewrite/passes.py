@@ -134,7 +134,7 @@ def _guarded(node: exp.Expression, context: _Context) -> exp.Expression:
     """The analyst's expression in its total form (typecheck.py: it cannot fail on any row), inside TRY as a
     second layer only."""
     total = total_expression(node, context.plan.query.table.columns)
-    return exp.func("TRY", total) if may_fail(total) else exp.paren(total)
+    return exp.func("TRY", total) if may_fail(total, context.plan.query.table.columns) else exp.paren(total)
 
 
 def filter_rows(tree: exp.Select, context: _Context) -> exp.Select:
