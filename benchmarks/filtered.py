@@ -4,8 +4,8 @@ The grouped query (GROUP BY department: COUNT(*), AVG(cost)) on the synthetic vi
 `WHERE age > 30` (age is the same on all of a patient's rows in this data) and with `WHERE cost > 500` (which
 varies between a patient's rows), under max_rows_per_unit = 5 (nobody exceeds it) and 3 (12% of patients do,
 with 27% of the rows; nobody has more than 5, so the cap's window, for people with more than m + 4 rows, never
-has work here), with `age` declared per_unit or not; and, filtered on cost, the join path (the public departments table) and
-the per-unit aggregation path (a patient's total, then a count). dpsql is `PrivateSession.execute` end to end
+has work here), with `age` declared per_unit or not; and, filtered on cost, the join path (the public departments
+table) and the per-unit aggregation path (a patient's total, then a count). dpsql is `PrivateSession.execute` end to end
 (check, plan, rewrite, engine, noise, post-processing; the session already open, so the data loaded once); DuckDB
 is the same SQL on its own in-memory tables of the same files. The two alternate in one process, and the figure
 is the median of the run-by-run ratios. Sized for the 2-core machine: 10M rows need about 6 GB.
