@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -201,3 +203,14 @@ def test_duckdb_keeps_its_hash_ranks_unless_a_seed_is_fixed() -> None:
     assert "HASH(" in prepared_rows(table, exp.to_table("src"), 1).sql("duckdb")
     assert "MD5(" in prepared_rows(table, exp.to_table("src"), 1, portable=True).sql("duckdb")
     assert not portable_ranks(None) and portable_ranks(7)
+
+
+def test_the_load_sql_in_the_store_s_identity_is_the_same_text_in_every_process() -> None:
+    """A store is used only by a process that computes the same identity; the known flags were a set, whose order
+    follows Python's per-process string hashing, so every new process (each CLI query) rebuilt the store."""
+    script = ("import hashlib; from dpsql.policy import load_policy; from dpsql.engines.store import load_sql; "
+              "print(hashlib.sha256(load_sql(load_policy('sample_data/visits.toml')).encode()).hexdigest())")
+    root = Path(__file__).resolve().parent.parent
+    found = {subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, check=True,
+                            env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in (1, 2, 3, 4)}
+    assert len(found) == 1, found

@@ -375,8 +375,10 @@ def known(column: ColumnPolicy) -> str | None:
     return names.known_column(column.name) if column.flags_values else None
 
 
-def _known_names(table: TablePolicy) -> set[str]:
-    return {name for name in map(known, table.columns.values()) if name is not None}
+def _known_names(table: TablePolicy) -> list[str]:
+    """The known flags' names, in the policy's order: the SQL built from them (the later-rows table's columns, the
+    store's identity) is then the same text in every process, which a set's order is not."""
+    return [name for name in map(known, table.columns.values()) if name is not None]
 
 
 def _known(table: TablePolicy) -> list[exp.Expression]:
