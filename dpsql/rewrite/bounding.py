@@ -167,7 +167,8 @@ def cap_rows(tree: exp.Select, table: TablePolicy, max_rows: int, prepared: str,
     # In parts 2 and 3, a unit whose rows all hold the same value of every column the filter reads (the load-time
     # mask) passes all its rows or none, so none of its later rows is kept (f = 0 or no passing row): it is left
     # out before the filter runs, which leaves nothing to do when the filter reads columns constant within units
-    # (age, sex, region of a patient). Each row's filter is evaluated at most twice, whatever the data.
+    # (age, sex, region of a patient). A row's values meet the filter at most seven times, whatever the data: in
+    # each part, and in the lists of up to LISTED_DEPTH later rows of its unit.
     rank, rows = exp.column(names.RANK), exp.column(names.UNIT_ROWS)
     first_rows = kept(passes.copy(), rank <= max_rows)
     same = _one_value_within_units(passes, table, alias)
@@ -189,12 +190,12 @@ def cap_rows(tree: exp.Select, table: TablePolicy, max_rows: int, prepared: str,
         .when(rank.copy() <= max_rows, exp.Not(this=exp.Coalesce(this=passes.copy(), expressions=[exp.false()]))) \
         .else_(passes.copy())
     in_rank_order = exp.Order(expressions=[exp.Ordered(this=rank.copy())])
-    numbered = exp.Window(this=exp.RowNumber(), partition_by=[exp.column(names.UNIT)], order=in_rank_order)
     # COUNT of a CASE rather than COUNT(*) FILTER, which the Spark translation does not take.
     failing_first = exp.Window(this=exp.Count(this=exp.Case().when(rank.copy() <= max_rows, exp.Literal.number(1))),
-                               partition_by=[exp.column(names.UNIT)], order=in_rank_order.copy())
+                               partition_by=[exp.column(names.UNIT)], order=in_rank_order)
     parts.append(kept(rows > windowed_from, candidates).qualify(
-        exp.and_(rank.copy() > windowed_from, numbered <= exp.Literal.number(2) * failing_first, copy=False),
+        exp.and_(rank.copy() > windowed_from, _rank_among_kept() <= exp.Literal.number(2) * failing_first,
+                 copy=False),
         copy=False))
     union = parts[0]
     for part in parts[1:]:
@@ -226,7 +227,7 @@ def later_rows(table: TablePolicy, prepared: str) -> exp.Select | None:
                                             end=exp.Literal.number(1), end_side="PRECEDING"))
     heads = exp.select("*", exp.alias_(before, names.EARLIER), copy=False).from_(prepared, copy=False).where(
         exp.and_(exp.column(names.UNIT_ROWS) > m, exp.column(names.RANK) <= m + LISTED_DEPTH), copy=False)
-    element = "__dp_e"
+    element = names.EARLIER_ELEMENT
     lists = [exp.alias_(exp.Transform(this=exp.column(names.EARLIER), expression=exp.Lambda(
         this=exp.Dot(this=exp.column(element), expression=exp.to_identifier(name, quoted=True)),
         expressions=[exp.to_identifier(element)])), names.earlier_column(name)) for name in _listed(table)]
@@ -250,15 +251,9 @@ def _passing_earlier_rows(condition: exp.Expression, table: TablePolicy, alias: 
     and the sign of zeros). One such lambda per column read, for the units where the others hold one value; the
     other units zip the lists (one struct per earlier row), which was about twice as slow. An index into each
     list was slower still: DuckDB copies a list a lambda reads from outside once per element."""
-    if any(isinstance(node, exp.Query) for node in condition.walk()):
+    read = _columns_read(condition, table, alias)
+    if read is None:
         return None
-    listed = set(_listed(table))
-    read: list[str] = []
-    for column in condition.find_all(exp.Column):
-        if column.table not in ("", alias) or column.name not in listed:
-            return None
-        if column.name not in read and column.name != table.privacy_unit:
-            read.append(column.name)
     if len(read) <= 1:  # no column but the unit's: the same on all rows; counted over any list of earlier rows
         return _count_earlier(condition, read or [next(iter(table.columns))], alias, set())
     flagged = _flagged(table)
@@ -266,8 +261,7 @@ def _passing_earlier_rows(condition: exp.Expression, table: TablePolicy, alias: 
     for name in read:
         others = [other for other in read if other != name]
         if all(other in flagged for other in others):
-            same = exp.EQ(this=exp.BitwiseAnd(this=exp.column(names.VARIES, alias), expression=exp.Literal.number(
-                sum(flagged[other] for other in others))), expression=exp.Literal.number(0))
+            same = _hold_one_value(alias, sum(flagged[other] for other in others))
             count = count.when(same, _count_earlier(condition, [name], alias, set(others)))
     zipped = _count_earlier(condition, read, alias, set())
     return count.else_(zipped) if count.args.get("ifs") else zipped
@@ -297,16 +291,29 @@ def _one_value_within_units(condition: exp.Expression, table: TablePolicy, alias
     """A condition, the same on all rows of a unit, that holds only if every column `condition` reads has one value
     on all the unit's rows (by the load-time `varies` mask), so that `condition` has one value on all of them too.
     FALSE when that cannot be told from the columns alone (a column without a bit, a subquery)."""
-    if any(isinstance(node, exp.Query) for node in condition.walk()):
+    read, flagged = _columns_read(condition, table, alias), _flagged(table)
+    if read is None or any(name not in flagged for name in read):
         return exp.false()
-    flagged, mask = _flagged(table), 0
+    return _hold_one_value(alias, sum(flagged[name] for name in read))
+
+
+def _columns_read(condition: exp.Expression, table: TablePolicy, alias: str) -> list[str] | None:
+    """The declared columns and known flags of this table that `condition` reads, but the unit's (one value in a
+    unit by definition), each once in the order met; None if it reads anything else (a subquery, another table,
+    another dpsql column)."""
+    if any(isinstance(node, exp.Query) for node in condition.walk()):
+        return None
+    listed, read = set(_listed(table)), []
     for column in condition.find_all(exp.Column):
-        if column.table not in ("", alias):
-            return exp.false()
-        if column.name != table.privacy_unit:
-            if column.name not in flagged:
-                return exp.false()
-            mask |= flagged[column.name]
+        if column.table not in ("", alias) or column.name not in listed:
+            return None
+        if column.name not in read and column.name != table.privacy_unit:
+            read.append(column.name)
+    return read
+
+
+def _hold_one_value(alias: str, mask: int) -> exp.Expression:
+    """Whether the columns of `mask`'s bits hold one value each on all the row's unit's rows (the `varies` mask)."""
     return exp.EQ(this=exp.BitwiseAnd(this=exp.column(names.VARIES, alias), expression=exp.Literal.number(mask)),
                   expression=exp.Literal.number(0))
 
@@ -385,11 +392,10 @@ def _known(table: TablePolicy) -> list[exp.Expression]:
     return [exp.alias_(_is_known(column), known(column)) for column in table.columns.values() if known(column)]
 
 
-def _is_known(column: ColumnPolicy, of: exp.Expression | None = None) -> exp.Expression:
-    """Whether the column's value (or `of`, the value of an earlier row) is one of its declared values; NULL: no."""
+def _is_known(column: ColumnPolicy) -> exp.Expression:
+    """Whether the column's value is one of its declared values; NULL: no."""
     assert column.values is not None
-    member = exp.In(this=of if of is not None else _column(column.name),
-                    expressions=[literal(value) for value in column.values])
+    member = exp.In(this=_column(column.name), expressions=[literal(value) for value in column.values])
     return exp.Coalesce(this=member, expressions=[exp.false()])
 
 
@@ -399,8 +405,7 @@ _VARIES_BITS = 63  # a BIGINT's non-negative bits
 def _flagged(table: TablePolicy) -> dict[str, int]:
     """The columns that have a bit in the prepared table's `varies` mask, with their bit: the declared columns but
     the unit, then the known flags, in the policy's order (the same policy, the same bits), as many as fit."""
-    columns = [name for name in table.columns if name != table.privacy_unit]
-    columns += [name for name in map(known, table.columns.values()) if name is not None]
+    columns = [name for name in table.columns if name != table.privacy_unit] + _known_names(table)
     return {name: 1 << bit for bit, name in enumerate(columns[:_VARIES_BITS])}
 
 
