@@ -297,3 +297,9 @@ def test_random_admitted_expressions_are_total_over_adversarial_values(con) -> N
             print(f"{text}\n  -> {typed.node.sql('duckdb')}\n  {str(exc).splitlines()[0]}")
     assert failures == 0
     assert admitted > 200  # the grammar reaches the checker's admitted language, not only its refusals
+
+
+def test_an_integer_literal_of_thousands_of_digits_is_refused_not_a_traceback() -> None:
+    """Python's int() refuses more than 4300 digits with a ValueError, which reached the analyst as a traceback."""
+    with pytest.raises(QueryRejected, match="beyond the 128-bit range"):
+        _typed("i > " + "9" * 5000)

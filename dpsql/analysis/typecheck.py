@@ -190,6 +190,8 @@ class TypeChecker:
             return Typed(Kind.TEXT, node, length=len(node.this))
         text = node.this
         if text.isdigit():
+            if len(text) > 40:  # beyond any integer type (and Python refuses int() of over 4300 digits: a traceback)
+                raise self.refuse(f"the integer {text[:20]}... ({len(text)} digits) is beyond the 128-bit range")
             value = int(text)
             # DuckDB gives an integer literal the type of the other operand when the value fits it (TINYINT + 100
             # is TINYINT arithmetic), so a literal's type is taken as the narrowest that holds it: a type here must

@@ -205,7 +205,10 @@ def _numeric_operand(node: exp.Expression, columns: Mapping[str, ColumnPolicy]) 
     if isinstance(node, exp.Cast) and node.to.this is exp.DataType.Type.DOUBLE:
         return isinstance(node.this, exp.Literal) and not node.this.is_string and bool(
             _NUMBER.fullmatch(node.this.name))
-    return isinstance(node, exp.Literal) and not node.is_string and node.name.isdigit() and int(node.name) < 2 ** 63
+    return isinstance(node, exp.Literal) and not node.is_string and bool(_INTEGER.fullmatch(node.name)) and int(
+        node.name) < 2 ** 63
 
 
-_NUMBER = re.compile(r"\d+(\.\d*)?([eE][-+]?\d+)?")
+# ASCII digits only; an integer of at most 19 of them (so int() is cheap and below Python's digit limit).
+_NUMBER = re.compile(r"[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?")
+_INTEGER = re.compile(r"[0-9]{1,19}")
