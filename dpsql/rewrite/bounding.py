@@ -10,7 +10,8 @@ declared maximum length (the checker's per-row cost bound relies on it), and row
 with NULL in a column declared `nullable = false` are dropped. Then each row gets a secret salted hash of its
 values (`__dp_key`), its rank within its unit by that hash (`__dp_rank`), the unit's row count (`__dp_n`), and
 each bounded column its clamped fixed-point integer (`__dp_q_<col>`, see dp/fixedpoint.py); each text or integer
-column with declared values a flag that the row's value is one of them (`__dp_known_<col>`), and the row a bit
+column with declared values the position of the row's value among them (`__dp_code_<col>`, NULL if none: queries
+group by it) and a flag that there is one (`__dp_known_<col>`), and the row a bit
 mask of the columns (and known flags) that hold more than one value among its unit's rows (`__dp_varies`). The
 rows of units with more than m rows are stored last. Beside it (`later_rows`), the rows ranked m + 1 .. m + 4 of
 those units, each with the lists of its unit's earlier rows' values. Queries then only filter, so they do not sort
@@ -44,7 +45,7 @@ def prepared_rows(table: TablePolicy, source: exp.Expression, salt: int, portabl
     The salt makes each unit's choice of rows unpredictable; the same salt gives the same ranks. `portable`: the
     row key is `portable_key` and ties are broken by the row's values, so that another engine (Spark) given the
     same salt ranks every unit's rows exactly as DuckDB does; otherwise DuckDB's own (faster) hash()."""
-    kept = cleaned_rows(table, source)
+    kept = _coded_rows(table, source, portable)
     unit = _column(table.privacy_unit) if table.privacy_unit is not None else exp.Window(this=exp.RowNumber())
     # DuckDB's hash() gives -0.0 and 0.0 one value: two rows of a unit that differ only there would tie, and the
     # rank window would order them as its sort meets them, which follows other units' rows (red team). Each float's
@@ -66,7 +67,7 @@ def prepared_rows(table: TablePolicy, source: exp.Expression, salt: int, portabl
     rows = exp.select("*", *_ranks(table, portable), *_quantized(table), *_known(table), copy=False) \
         .from_(keyed.subquery(copy=False), copy=False)
     units = exp.select("*", exp.alias_(unit.copy(), names.UNIT), copy=False) \
-        .from_(cleaned_rows(table, source).subquery(copy=False), copy=False)
+        .from_(_coded_rows(table, source, portable).subquery(copy=False), copy=False)
     per_unit = exp.select(exp.column(names.UNIT), *_varies(table, portable), copy=False) \
         .from_(units.subquery(copy=False), copy=False).group_by(exp.column(names.UNIT), copy=False)
     joined = exp.select("__dp_rows.*", exp.column(names.VARIES, "__dp_units"), copy=False) \
@@ -393,10 +394,53 @@ def _known(table: TablePolicy) -> list[exp.Expression]:
 
 
 def _is_known(column: ColumnPolicy) -> exp.Expression:
-    """Whether the column's value is one of its declared values; NULL: no."""
-    assert column.values is not None
-    member = exp.In(this=_column(column.name), expressions=[literal(value) for value in column.values])
-    return exp.Coalesce(this=member, expressions=[exp.false()])
+    """Whether the column's value is one of its declared values (NULL: no), from its code."""
+    return exp.column(code(column)).is_(exp.null()).not_()
+
+
+def code(column: ColumnPolicy) -> str | None:
+    """The prepared table's small integer of a column with declared values, if it has one: i for the i-th declared
+    value, NULL for any other value and for NULL. A query grouping by the column groups by it instead (rewrite/
+    passes.py): DuckDB groups small integers whose range it knows in a table indexed by value, text by hashing
+    (10M rows, eight departments: 32 ms against 88)."""
+    return names.code_column(column.name) if column.flags_values else None
+
+
+def _coded_rows(table: TablePolicy, source: exp.Expression, portable: bool) -> exp.Select:
+    """The cleaned rows with each column's code (`code`). Found by a join with the declared values, whose time does
+    not grow with their number (an IN list of 1,000 values took 12 s over 10M rows, the join 0.3 s); the values are
+    grouped first, so that no row can meet two of them, whatever the engine's equality. `portable` (Spark): a CASE,
+    which the Spark translation takes."""
+    coded = [column for column in table.columns.values() if code(column)]
+    cleaned = cleaned_rows(table, source)
+    if not coded:
+        return cleaned
+    if portable:
+        def case(column: ColumnPolicy) -> exp.Expression:
+            assert column.values is not None
+            found = exp.Case()
+            for index, value in enumerate(column.values, start=1):
+                found = found.when(_column(column.name).eq(literal(value)), exp.Literal.number(index))
+            return exp.cast(found, exp.DataType.Type.SMALLINT)
+        return exp.select("*", *[exp.alias_(case(column), code(column)) for column in coded], copy=False) \
+            .from_(cleaned.subquery(copy=False), copy=False)
+    rows = "__dp_cleaned"
+    tree = exp.select(f"{rows}.*", *[exp.alias_(exp.column("c", f"__dp_codes_{i}"), code(column))
+                                     for i, column in enumerate(coded)], copy=False) \
+        .from_(cleaned.subquery(rows, copy=False), copy=False)
+    for i, column in enumerate(coded):
+        assert column.values is not None
+        pairs = exp.Values(expressions=[exp.tuple_(literal(value), exp.Literal.number(index))
+                                        for index, value in enumerate(column.values, start=1)],
+                           alias=exp.TableAlias(this=exp.to_identifier("m"),
+                                                columns=[exp.to_identifier("v"), exp.to_identifier("c")]))
+        codes = exp.select(exp.column("v"), exp.alias_(exp.cast(exp.Min(this=exp.column("c")),
+                                                                 exp.DataType.Type.SMALLINT), "c"), copy=False) \
+            .from_(pairs, copy=False).group_by(exp.column("v"), copy=False)
+        tree = tree.join(codes.subquery(f"__dp_codes_{i}", copy=False), join_type="left", copy=False,
+                         on=exp.column(exp.to_identifier(column.name, quoted=True), rows).eq(
+                             exp.column("v", f"__dp_codes_{i}")))
+    return tree
 
 
 _VARIES_BITS = 63  # a BIGINT's non-negative bits

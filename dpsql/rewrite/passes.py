@@ -14,8 +14,8 @@ Each pass takes the tree and the plan and returns a new tree, in the manner of s
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from sqlglot import exp
 
@@ -24,7 +24,7 @@ from dpsql.analysis.vetting import may_fail
 from dpsql.dp.fixedpoint import clamp, double, null_preserving
 from dpsql.planning.contribution import contribution
 from dpsql.planning.plan import MeasurementKind, MeasurementSpec, QueryPlan
-from dpsql.policy import ColumnType
+from dpsql.policy import ColumnPolicy, ColumnType
 from dpsql.rewrite import bounding
 from dpsql.rewrite.quantile_buckets import bucket_counts
 from dpsql.sql import names
@@ -54,6 +54,9 @@ class _Context:
     # prepared at load caps the query, as without a filter.
     whole_units: bool
     listed: bool = True  # the engine prepared the later-rows tables (rewrite/bounding.later_rows)
+    # The group keys grouped by the loader's code of their column (bounding.code), by index: decoded after the
+    # aggregation (`decode_keys`).
+    coded: Mapping[int, ColumnPolicy] = field(default_factory=dict)
 
     def value_index(self, argument: exp.Expression) -> int:
         return self.arguments.index(argument)
@@ -86,7 +89,7 @@ def _bucket_query(plan: QueryPlan, table: str, spec: MeasurementSpec, listed: bo
     """The rows per (group, candidate) of one quantile's argument, over the very rows the bounded query reads."""
     rows, context = _rows(plan, table, listed)
     keys = [names.key(i) for i in range(len(plan.query.keys))]
-    return bucket_counts(rows, keys, _value_column(spec, context), spec.grid)
+    return decode_keys(bucket_counts(rows, keys, _value_column(spec, context), spec.grid), context)
 
 
 def pretty(plan: QueryPlan, dialect: str = DIALECT, listed: bool = True) -> str:
@@ -106,13 +109,29 @@ def _build(plan: QueryPlan, table: str, listed: bool = True) -> exp.Select:
 
 def _rows(plan: QueryPlan, table: str, listed: bool = True) -> tuple[exp.Select, _Context]:
     """The bounded rows, one per kept row (every pass but the aggregation), and the context they were built in."""
-    context = _Context(plan, table, _alias(plan), _arguments(plan), _whole_units(plan), listed)
+    context = _Context(plan, table, _alias(plan), _arguments(plan), _whole_units(plan), listed, _coded_keys(plan))
     relation = plan.query.relation  # joined tables: their SQL, capped already, stands for the table
     source = relation.sql.subquery(context.alias) if relation is not None else exp.to_table(table).as_(context.alias)
     tree = exp.select("*", copy=False).from_(source, copy=False)
     for step in ROW_PASSES:
         tree = step(tree, context)
     return tree, context
+
+
+def _coded_keys(plan: QueryPlan) -> dict[int, ColumnPolicy]:
+    """The group keys to group by their column's code: a bare column of the table read (not a join's relation,
+    whose SQL carries no codes) whose public values are exactly its declared ones. Rows with any other value, or
+    NULL, share the code NULL, and so one group, which is never released (its key is not a public value). Not
+    under per-group bounds: a unit's groups are counted and ranked there, and those rows' groups would merge."""
+    if plan.query.relation is not None or contribution(plan.query).per_group_enforced:
+        return {}
+    columns = plan.query.table.columns
+    coded = {}
+    for index, key in enumerate(plan.query.keys):
+        column = columns.get(key.expression.name) if isinstance(key.expression, exp.Column) else None
+        if column is not None and bounding.code(column) is not None and key.domain == column.values:
+            coded[index] = column
+    return coded
 
 
 def _alias(plan: QueryPlan) -> str:
@@ -202,7 +221,7 @@ def _whole_units(plan: QueryPlan) -> bool:
 
 def project_row_values(tree: exp.Select, context: _Context) -> exp.Select:
     """One row per kept row: its group keys, each aggregated value, and the unit."""
-    keys = [exp.alias_(_guarded(k.expression, context), names.key(i))
+    keys = [exp.alias_(_key_value(i, k.expression, context), names.key(i))
             for i, k in enumerate(context.plan.query.keys)]
     values = [exp.alias_(_value(argument, context), names.row_value(i))
               for i, argument in enumerate(context.arguments)]
@@ -212,6 +231,38 @@ def project_row_values(tree: exp.Select, context: _Context) -> exp.Select:
     row_key = [exp.column(names.ROW_KEY, context.alias)] if per_group else []
     projection = [*keys, *values, *unit, *row_key] or [exp.alias_(exp.Literal.number(1), names.ONE)]
     return tree.select(*projection, append=False, copy=False)
+
+
+def _key_value(index: int, key: exp.Expression, context: _Context) -> exp.Expression:
+    column = context.coded.get(index)
+    if column is None:
+        return _guarded(key, context)
+    code = exp.column(bounding.code(column), context.alias)
+    assert column.values is not None
+    # As a TINYINT when it fits: DuckDB then groups in a table indexed by value even when it knows nothing of the
+    # rows' codes (a filtered cap's UNION with a part its statistics prove empty: 11.0 -> 8.4 ms over 1M rows).
+    return exp.cast(code, exp.DataType.Type.TINYINT) if len(column.values) <= _TINY else code
+
+
+_TINY = 127  # codes 1 .. 127 fit a TINYINT
+
+
+def decode_keys(tree: exp.Select, context: _Context) -> exp.Select:
+    """The grouped `tree` with each coded key (`_coded_keys`) as its declared value again, of the column's type:
+    a CASE over the groups, after the aggregation."""
+    if not context.coded:
+        return tree
+
+    def decoded(index: int, column: ColumnPolicy) -> exp.Expression:
+        assert column.values is not None
+        found = exp.Case()
+        for number, value in enumerate(column.values, start=1):
+            found = found.when(exp.column(names.key(index)).eq(exp.Literal.number(number)), literal(value))
+        return exp.alias_(exp.cast(found, exp.DataType.build(column.type.duckdb, dialect=DIALECT)), names.key(index))
+
+    keys = {names.key(i): decoded(i, column) for i, column in context.coded.items()}
+    outputs = [keys.get(c.alias_or_name, exp.column(c.alias_or_name)) for c in tree.expressions]
+    return exp.select(*outputs, copy=False).from_(tree.subquery(names.CODED, copy=False), copy=False)
 
 
 def cap_rows_per_group(tree: exp.Select, context: _Context) -> exp.Select:
@@ -262,7 +313,7 @@ def aggregate_measurements(tree: exp.Select, context: _Context) -> exp.Select:
     measures = [exp.alias_(_measurement(m.spec, context), names.measurement(i))
                 for i, m in enumerate(context.plan.measurements)]
     outer = exp.select(*keys, *measures, copy=False).from_(tree.subquery(names.INTEGERS, copy=False), copy=False)
-    return outer.group_by(*[k.copy() for k in keys], copy=False) if keys else outer
+    return decode_keys(outer.group_by(*[k.copy() for k in keys], copy=False), context) if keys else outer
 
 
 ROW_PASSES: tuple[Pass, ...] = (  # one row per kept row: what the aggregation and the bucket queries read

@@ -44,6 +44,7 @@ STORE = "__dp_store"  # the prepared store, attached read-only as the default da
 BOUNDED = "__dp_bounded"
 VALUES = "__dp_values"
 INTEGERS = "__dp_integers"
+CODED = "__dp_coded"  # the grouped rows whose coded keys are decoded (rewrite/passes.decode_keys)
 ONE = "__dp_one"
 
 
@@ -101,6 +102,11 @@ def quantized_column(column: str) -> str:
 def known_column(column: str) -> str:
     """The loader's precomputed flag of a column with declared values: the row's value is one of them."""
     return f"__dp_known_{column}"
+
+
+def code_column(column: str) -> str:
+    """The loader's small integer of a column with declared values: i for the i-th declared value, else NULL."""
+    return f"__dp_code_{column}"
 
 
 def attached_source(table: str) -> str:
