@@ -279,9 +279,12 @@ def _exact_sum(value: exp.Expression, interval: Interval, average: bool = False,
     grid = fixed_point(interval)
     steps = steps if steps is not None else grid.centered(value)  # `steps`: the loader's grid.centered(value)
     count = exp.Count(this=steps.copy())
-    total = exp.Add(this=exp.Sum(this=steps),
-                    expression=exp.Mul(this=exp.cast(exp.Literal.number(grid.center), exp.DataType.Type.INT128),
-                                       expression=count.copy()))
+    # One SUM of each row's integer with the center added back (a center is below 2**60 and a centered integer
+    # below 2**31, dp/fixedpoint.py: a BIGINT never overflows; its SUM is a HUGEINT), rather than SUM(steps) +
+    # center * COUNT(steps): the second aggregate was an eighth of a per-unit query's time (1M rows: 18.6 ->
+    # 15.7 ms).
+    total = exp.Sum(this=exp.Add(this=exp.cast(steps, exp.DataType.Type.BIGINT),
+                                 expression=exp.Literal.number(grid.center)))
     scaled = exp.Mul(this=exp.cast(total, exp.DataType.Type.DOUBLE), expression=double(float(grid.step)))
     if not average:
         return scaled
@@ -305,7 +308,8 @@ def _total(node: exp.Expression, table: TablePolicy, clamped: bool = False) -> e
         return part
 
     value = total.transform(clamp_column, copy=False) if clamped else total
-    value = exp.func("TRY", value) if may_fail(total) else exp.paren(value)
+    # A filter (unclamped) may go without TRY where the rewrite's would (vetting.may_fail given the columns).
+    value = exp.func("TRY", value) if may_fail(total, None if clamped else table.columns) else exp.paren(value)
     bare = node.unnest() if isinstance(node, exp.Paren) else node
     if clamped and (isinstance(bare, exp.Predicate | exp.Connector | exp.Not) or (
             isinstance(bare, exp.Column) and table.columns[bare.name].type is ColumnType.BOOL)):
