@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import math
 import os
 import sqlite3
@@ -83,6 +84,7 @@ def exact(value: float | int | str | Fraction) -> Fraction:
     return Fraction(repr(float(value))) if isinstance(value, float) else Fraction(str(value))
 
 
+@functools.lru_cache(maxsize=64)  # a pure function of the policy's budgets, asked at every charge
 def rho_budget(epsilon: Fraction, delta: Fraction) -> Fraction:
     """The largest rho with rho + 2 sqrt(rho ln(1/delta)) <= epsilon, rounded down.
 
@@ -126,6 +128,7 @@ class BudgetLedger:
         self._lock = threading.Lock()
         self._con: sqlite3.Connection | None = None
         self._identity: tuple[int, int, int] | None = None
+        self._limit_cache: dict[str | None, tuple[Fraction, Fraction]] = {}
         if not path.parent.is_dir():
             raise LedgerError(f"budget ledger {path}: the folder {path.parent} does not exist; refusing to answer "
                               "without a ledger")
@@ -204,24 +207,32 @@ class BudgetLedger:
             raise LedgerError(f"budget ledger {self.path}: cannot be read ({exc}); refusing to answer") from None
 
     def charge(self, analyst: str, cost: Cost, query: str) -> Spending:
-        """Commit the cost of a query, or raise BudgetExhausted and commit nothing."""
+        """Commit the cost of a query, or raise BudgetExhausted and commit nothing.
+
+        Five statements, the fewest that keep the charge one transaction: take the write lock, read both totals
+        (one SELECT), insert the charge, write both totals (one INSERT), commit. The commit is the fsync
+        (synchronous FULL) that puts the charge on disk before the answer is released."""
         with self._lock:
             con = self._connection()
             try:
                 con.execute("BEGIN IMMEDIATE")
                 try:
-                    everyone, mine = self._total(con, _EVERYONE), self._total(con, analyst)
+                    everyone, mine = self._totals(con, analyst)
                     for who, total, scope in (("the total budget", everyone, None),
                                               (f"analyst {analyst!r}'s budget", mine, analyst)):
                         problem = self._overspend(total, cost, scope)
                         if problem:
                             raise BudgetExhausted(f"refused: this query would overspend {who}: {problem}. Nothing "
                                                   "was released or charged")
+                    epsilon, delta, rho = cost.epsilon, cost.delta, cost.rho
                     con.execute("INSERT INTO charges (at, analyst, epsilon, delta, rho, query) VALUES (?, ?, ?, ?, ?, "
                                 "?)", (datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
-                                       analyst, str(cost.epsilon), str(cost.delta), str(cost.rho), query))
-                    self._store(con, _EVERYONE, everyone.plus(cost))
-                    self._store(con, analyst, mine.plus(cost))
+                                       analyst, str(epsilon), str(delta), str(rho), query))
+                    everyone, mine = everyone.add(epsilon, delta, rho), mine.add(epsilon, delta, rho)
+                    # Everyone's row first: for an analyst named like the everyone scope the two rows are one, and
+                    # both carry the same total, as two separate writes did.
+                    con.execute("INSERT OR REPLACE INTO totals VALUES (?, ?, ?, ?, ?), (?, ?, ?, ?, ?)",
+                                (*self._row(_EVERYONE, everyone), *self._row(analyst, mine)))
                 except BaseException:
                     con.execute("ROLLBACK")
                     raise
@@ -230,7 +241,15 @@ class BudgetLedger:
                 self._close()
                 raise LedgerError(f"budget ledger {self.path}: cannot record the charge ({exc}); refusing to "
                                   "answer") from None
-            return self._spending(mine.plus(cost), analyst)
+            return self._spending(mine, analyst)
+
+    def _totals(self, con: sqlite3.Connection, analyst: str) -> tuple[_Total, _Total]:
+        """Everyone's total and the analyst's, read in one statement."""
+        found = {row[0]: _Total(Fraction(row[1]), Fraction(row[2]), Fraction(row[3]), row[4]) for row in
+                 con.execute("SELECT scope, epsilon, delta, rho, queries FROM totals WHERE scope IN (?, ?)",
+                             (_EVERYONE, analyst))}
+        return tuple(found[scope] if scope in found else self._recount(con, scope)  # type: ignore[return-value]
+                     for scope in (_EVERYONE, analyst))
 
     def _total(self, con: sqlite3.Connection, scope: str) -> _Total:
         row = con.execute("SELECT epsilon, delta, rho, queries FROM totals WHERE scope = ?", (scope,)).fetchone()
@@ -246,15 +265,17 @@ class BudgetLedger:
             total = total.add(Fraction(epsilon), Fraction(delta), Fraction(rho))
         return total
 
-    def _store(self, con: sqlite3.Connection, scope: str, total: _Total) -> None:
-        con.execute("INSERT OR REPLACE INTO totals VALUES (?, ?, ?, ?, ?)",
-                    (scope, str(total.epsilon), str(total.delta), str(total.rho), total.queries))
+    @staticmethod
+    def _row(scope: str, total: _Total) -> tuple[str, str, str, str, int]:
+        return scope, str(total.epsilon), str(total.delta), str(total.rho), total.queries
 
     def _limits(self, analyst: str | None) -> tuple[Fraction, Fraction]:
-        if analyst is None:
-            return exact(self.budget.epsilon), exact(self.budget.delta)
-        share = self.budget.for_analyst(analyst)
-        return exact(share.epsilon), exact(share.delta)
+        """The (epsilon, delta) a scope may spend, as exact rationals: fixed by the policy, so worked out once."""
+        limits = self._limit_cache.get(analyst)
+        if limits is None:
+            share = self.budget if analyst is None else self.budget.for_analyst(analyst)
+            limits = self._limit_cache[analyst] = (exact(share.epsilon), exact(share.delta))
+        return limits
 
     def _overspend(self, total: _Total, cost: Cost, analyst: str | None) -> str | None:
         epsilon, delta = self._limits(analyst)
