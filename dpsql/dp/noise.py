@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import os
 import random
+import struct
 import threading
 import weakref
 from fractions import Fraction
 from math import isqrt
 from typing import ClassVar, Protocol
+
+_WORD = struct.Struct(">Q")
 
 
 class RandomSource(Protocol):
@@ -68,10 +71,15 @@ class SecureRandom:
             block, used = self._block, self._used
             while True:
                 end = used + size
-                if end > len(block):
-                    block, used = os.urandom(max(self._BLOCK, size)), 0
-                    self._block, end = block, size
-                value = int.from_bytes(block[used:end], "big") >> shift
+                if size <= 8 and used + 8 <= len(block):
+                    # The same bits as below (the top `bits` of the next `size` bytes), read as one 64-bit word
+                    # without slicing: most draws are of at most 8 bytes. The bytes past `end` are not used here.
+                    value = _WORD.unpack_from(block, used)[0] >> (64 - bits)
+                else:
+                    if end > len(block):
+                        block, used = os.urandom(max(self._BLOCK, size)), 0
+                        self._block, end = block, size
+                    value = int.from_bytes(block[used:end], "big") >> shift
                 used = end
                 if value < n:
                     self._used = used
