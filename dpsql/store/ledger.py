@@ -2,9 +2,10 @@
 
 A SQLite file (by default beside the policy). A charge is one `BEGIN IMMEDIATE` transaction: it takes the write
 lock, sums what was spent, refuses if the query would overspend the total or the analyst's share, and commits
-the charge, all before the query touches the data. SQLite's locking makes this safe across processes; its
-journal makes a killed process leave either the whole charge or none of it. Costs are stored as exact rationals
-("1/10"), so ten queries of 0.1 spend exactly 1.
+the charge, all decided before the query touches the data. SQLite's locking makes this safe across processes; its
+journal makes a killed process leave either the whole charge or none of it. The commit, whose fsync is most of a
+charge's time, may run while the query reads the data (`begin_charge`): the answer waits for it. Costs are stored
+as exact rationals ("1/10"), so ten queries of 0.1 spend exactly 1.
 
 Accounting is fixed when a ledger is created: "pure" sums (epsilon, delta); "zcdp" sums rho (= epsilon^2/2 per
 query) and converts it to (epsilon, delta) with epsilon = rho + 2 sqrt(rho ln(1/delta)) (Bun & Steinke 2016),
@@ -20,9 +21,11 @@ import math
 import os
 import sqlite3
 import threading
+import weakref
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import ClassVar
 
 from dpsql.errors import BudgetExhausted, LedgerError
 from dpsql.planning.plan import Cost
@@ -117,8 +120,27 @@ class _Total:
         return _Total(self.epsilon + epsilon, self.delta + delta, self.rho + rho, self.queries + 1)
 
 
+class PendingCharge:
+    """A charge written to the ledger whose commit may still be running (BudgetLedger.begin_charge)."""
+
+    def __init__(self, spending: Spending) -> None:
+        self.spending = spending  # the analyst's budget once this charge is counted
+        self._thread: threading.Thread | None = None
+        self._error: LedgerError | None = None
+
+    def wait(self) -> Spending:
+        """Return once the charge is on disk; LedgerError if it could not be committed (then it was not charged)."""
+        if self._thread is not None:
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self.spending
+
+
 class BudgetLedger:
     """One process's handle on a ledger file, shared safely with every other process that opens it."""
+
+    _instances: ClassVar[weakref.WeakSet[BudgetLedger]] = weakref.WeakSet()
 
     def __init__(self, path: Path, budget: BudgetPolicy, *, create: bool = False) -> None:
         """Open the ledger at `path`. Only with `create` is a missing ledger made: a ledger that has gone missing
@@ -126,6 +148,7 @@ class BudgetLedger:
         self.path = path
         self.budget = budget
         self._lock = threading.Lock()
+        BudgetLedger._instances.add(self)
         self._con: sqlite3.Connection | None = None
         self._identity: tuple[int, int, int] | None = None
         self._limit_cache: dict[str | None, tuple[Fraction, Fraction]] = {}
@@ -143,6 +166,13 @@ class BudgetLedger:
         if stored is None or stored[0] != budget.accounting.value:
             raise LedgerError(f"budget ledger {path} was started with {stored[0] if stored else 'no'} accounting, but "
                               f"the policy now says {budget.accounting.value}: use a new ledger")
+
+    @classmethod
+    def _after_fork_in_child(cls) -> None:
+        """A forked child gets a fresh lock: the parent's may be held by a commit whose thread the child lacks (its
+        connection is reopened anyway: `_connection` compares the process id)."""
+        for ledger in list(cls._instances):
+            ledger._lock = threading.Lock()
 
     def _create(self) -> None:
         """The only place a ledger file is created: afterwards a missing file is an error, never a fresh budget.
@@ -207,41 +237,74 @@ class BudgetLedger:
             raise LedgerError(f"budget ledger {self.path}: cannot be read ({exc}); refusing to answer") from None
 
     def charge(self, analyst: str, cost: Cost, query: str) -> Spending:
-        """Commit the cost of a query, or raise BudgetExhausted and commit nothing.
+        """Commit the cost of a query, or raise BudgetExhausted and commit nothing."""
+        return self.begin_charge(analyst, cost, query, overlap=False).wait()
 
-        Five statements, the fewest that keep the charge one transaction: take the write lock, read both totals
-        (one SELECT), insert the charge, write both totals (one INSERT), commit. The commit is the fsync
-        (synchronous FULL) that puts the charge on disk before the answer is released."""
-        with self._lock:
+    def begin_charge(self, analyst: str, cost: Cost, query: str, *, overlap: bool = True) -> PendingCharge:
+        """Write the cost of a query and commit it: with `overlap`, the commit (its fsync, the slow part) runs on a
+        thread of its own while the caller reads the data. Refusals (BudgetExhausted, nothing written) and an
+        unusable ledger (LedgerError) are raised here, before the data is touched; the ledger's write lock is held
+        from the totals' read to the end of the commit, as in one call, so concurrent charges cannot both fit.
+
+        Nothing may be released before the pending charge's `wait()` returns: then the charge is on disk. If the
+        commit fails, `wait()` raises LedgerError and nothing was charged, so nothing may be released either."""
+        self._lock.acquire()
+        try:
             con = self._connection()
+            pending = PendingCharge(self._write(con, analyst, cost, query))
+        except BaseException:
+            self._lock.release()
+            raise
+        if overlap:
+            thread = threading.Thread(target=self._commit, args=(con, pending), name="dpsql-ledger-commit")
+            with contextlib.suppress(RuntimeError):  # no thread to be had: commit here instead
+                thread.start()
+                pending._thread = thread
+                return pending
+        self._commit(con, pending)
+        return pending
+
+    def _write(self, con: sqlite3.Connection, analyst: str, cost: Cost, query: str) -> Spending:
+        """Four statements, all but the commit: take the write lock, read both totals (one SELECT), insert the
+        charge, write both totals (one INSERT). Left open for `_commit`; rolled back on a refusal."""
+        try:
+            con.execute("BEGIN IMMEDIATE")
             try:
-                con.execute("BEGIN IMMEDIATE")
-                try:
-                    everyone, mine = self._totals(con, analyst)
-                    for who, total, scope in (("the total budget", everyone, None),
-                                              (f"analyst {analyst!r}'s budget", mine, analyst)):
-                        problem = self._overspend(total, cost, scope)
-                        if problem:
-                            raise BudgetExhausted(f"refused: this query would overspend {who}: {problem}. Nothing "
-                                                  "was released or charged")
-                    epsilon, delta, rho = cost.epsilon, cost.delta, cost.rho
-                    con.execute("INSERT INTO charges (at, analyst, epsilon, delta, rho, query) VALUES (?, ?, ?, ?, ?, "
-                                "?)", (datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
-                                       analyst, str(epsilon), str(delta), str(rho), query))
-                    everyone, mine = everyone.add(epsilon, delta, rho), mine.add(epsilon, delta, rho)
-                    # Everyone's row first: for an analyst named like the everyone scope the two rows are one, and
-                    # both carry the same total, as two separate writes did.
-                    con.execute("INSERT OR REPLACE INTO totals VALUES (?, ?, ?, ?, ?), (?, ?, ?, ?, ?)",
-                                (*self._row(_EVERYONE, everyone), *self._row(analyst, mine)))
-                except BaseException:
-                    con.execute("ROLLBACK")
-                    raise
-                con.execute("COMMIT")
-            except sqlite3.Error as exc:
-                self._close()
-                raise LedgerError(f"budget ledger {self.path}: cannot record the charge ({exc}); refusing to "
-                                  "answer") from None
-            return self._spending(mine, analyst)
+                everyone, mine = self._totals(con, analyst)
+                for who, total, scope in (("the total budget", everyone, None),
+                                          (f"analyst {analyst!r}'s budget", mine, analyst)):
+                    problem = self._overspend(total, cost, scope)
+                    if problem:
+                        raise BudgetExhausted(f"refused: this query would overspend {who}: {problem}. Nothing "
+                                              "was released or charged")
+                epsilon, delta, rho = cost.epsilon, cost.delta, cost.rho
+                con.execute("INSERT INTO charges (at, analyst, epsilon, delta, rho, query) VALUES (?, ?, ?, ?, ?, ?)",
+                            (datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"), analyst,
+                             str(epsilon), str(delta), str(rho), query))
+                everyone, mine = everyone.add(epsilon, delta, rho), mine.add(epsilon, delta, rho)
+                # Everyone's row first: for an analyst named like the everyone scope the two rows are one, and
+                # both carry the same total, as two separate writes did.
+                con.execute("INSERT OR REPLACE INTO totals VALUES (?, ?, ?, ?, ?), (?, ?, ?, ?, ?)",
+                            (*self._row(_EVERYONE, everyone), *self._row(analyst, mine)))
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            self._close()
+            raise LedgerError(f"budget ledger {self.path}: cannot record the charge ({exc}); refusing to "
+                              "answer") from None
+        return self._spending(mine, analyst)
+
+    def _commit(self, con: sqlite3.Connection, pending: PendingCharge) -> None:
+        """Commit the written charge (synchronous FULL: on disk when COMMIT returns), then let go of the ledger."""
+        try:
+            con.execute("COMMIT")
+        except BaseException as exc:  # on whatever thread: the waiter must learn of it, whatever it was
+            self._close()  # closing rolls back what a failed commit left
+            pending._error = LedgerError(f"budget ledger {self.path}: cannot record the charge "
+                                         f"({type(exc).__name__}: {exc}); refusing to answer")
+        finally:
+            self._lock.release()
 
     def _totals(self, con: sqlite3.Connection, analyst: str) -> tuple[_Total, _Total]:
         """Everyone's total and the analyst's, read in one statement."""
@@ -316,3 +379,7 @@ class BudgetLedger:
                     if analyst is None or r[2] == analyst]
         with self._lock:
             return self._read(charges)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=BudgetLedger._after_fork_in_child)
