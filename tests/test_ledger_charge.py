@@ -113,7 +113,7 @@ def test_a_commit_that_fails_releases_nothing_and_charges_nothing(tmp_path: Path
     def failing(self, con, pending) -> None:
         con.execute("ROLLBACK")  # as a failed COMMIT leaves it: nothing written
         self._lock.release()
-        pending._error = LedgerError("budget ledger: cannot record the charge (disk I/O error); refusing to answer")
+        pending._finish(LedgerError("budget ledger: cannot record the charge (disk I/O error); refusing to answer"))
 
     kept: list = []
 
