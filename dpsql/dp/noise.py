@@ -156,9 +156,9 @@ def geometric_exp(num: int, den: int, rng: RandomSource) -> int:
 
 def discrete_laplace(scale: Fraction, rng: RandomSource) -> int:
     """An integer Z with P(Z = z) proportional to exp(-|z| / scale) (CKS algorithm 2)."""
-    if scale <= 0:
+    t, s = scale.numerator, scale.denominator  # scale = t / s, s > 0
+    if t <= 0:  # scale <= 0, without a Fraction comparison per sample
         raise ValueError("the scale of discrete Laplace noise must be positive")
-    t, s = scale.numerator, scale.denominator  # scale = t / s
     while True:
         y = geometric_exp(s, t, rng)
         negative = rng.randbelow(2) == 1
