@@ -146,14 +146,20 @@ class PrivateSession:
         if not query_plan.measurements:
             # Public keys and nothing measured: the declared values are the answer; no data, no charge, no entry.
             return self._answer(prepared, self.ledger.spending(self.analyst), read_data=False)
-        spending = self.ledger.charge(self.analyst, query_plan.cost, sql)
+        # Refused or written here, before the data is read; the commit's fsync runs while the data is read, and
+        # nothing is released (nor stored) before `wait` says the charge is on disk. A commit that fails raises
+        # LedgerError there, and the answer is dropped.
+        pending = self.ledger.begin_charge(self.analyst, query_plan.cost, sql)
         # Everything after the charge touched the data, so whether it fails, and how, could depend on one row: any
         # exception (an engine error, the time limit, a conversion, two groups merging, a bug in release or
         # post-processing) becomes the one generic error. It is raised once the exception is suppressed, so that
         # not even its __context__ keeps the original exception, whose message might quote a value.
         result = None
-        with contextlib.suppress(Exception):
-            result = self._answer(prepared, spending)
+        try:
+            with contextlib.suppress(Exception):
+                result = self._answer(prepared, pending.spending)
+        finally:
+            pending.wait()
         if result is None:
             raise ExecutionFailed()
         if key is not None and self.answers is not None:

@@ -137,3 +137,48 @@ def test_the_secure_source_reads_each_bit_once_and_rejects_out_of_range_draws(mo
     assert calls == [3, 3]
     with pytest.raises(ValueError):
         source.randbelow(0)
+
+
+class _SlicedSecureRandom(noise.SecureRandom):
+    """SecureRandom.randbelow as first written, every draw sliced out of the block: the word-at-a-time path must
+    return the same integers from the same bytes."""
+
+    def randbelow(self, n: int) -> int:
+        bits = n.bit_length()
+        size = (bits + 7) >> 3
+        shift = 8 * size - bits
+        block, used = self._block, self._used
+        while True:
+            end = used + size
+            if end > len(block):
+                block, used = noise.os.urandom(max(self._BLOCK, size)), 0
+                self._block, end = block, size
+            value = int.from_bytes(block[used:end], "big") >> shift
+            used = end
+            if value < n:
+                self._used = used
+                return value
+
+
+@pytest.mark.parametrize("block", [16384, 37, 9])
+def test_the_secure_source_returns_what_it_returned_before_for_the_same_bytes(monkeypatch, block: int) -> None:
+    """Every size of draw (1 to 15 bytes, powers of two and just past them, where rejection is most and least
+    likely), across block boundaries (a 37- and a 9-byte block put many draws astride one), then whole samples."""
+    import random
+
+    picker = random.Random(3)
+    bounds = [picker.choice([1, 2, 3, 5, 255, 256, 257, 2**56 + 3, 2**63 - 1, 2**64 - 5, 2**64, 2**64 + 1, 2**80 + 7,
+                             10**30, 3 * 2**100 + 1]) for _ in range(20_000)]
+    monkeypatch.setattr(noise.SecureRandom, "_BLOCK", block)
+
+    def draws(source_type, sample) -> list[int]:
+        stream = random.Random(11)
+        monkeypatch.setattr(noise.os, "urandom", stream.randbytes)
+        return sample(source_type())
+
+    for sample in (lambda source: [source.randbelow(n) for n in bounds],
+                   lambda source: [discrete_laplace(scale, source) for scale in
+                                   (Fraction(5) / Fraction(0.52), Fraction(3 * 2**31, 7), Fraction(1, 3))
+                                   for _ in range(2000)],
+                   lambda source: [discrete_gaussian(Fraction(9, 2), source) for _ in range(2000)]):
+        assert draws(noise.SecureRandom, sample) == draws(_SlicedSecureRandom, sample)

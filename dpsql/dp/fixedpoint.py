@@ -31,11 +31,12 @@ class FixedPoint:
     bound: int  # every row's centered integer lies in [-bound, bound]
     interval: Interval
 
-    @property
+    # Read at every release (the measurement's step, AVG's center): a frozen dataclass computes them once.
+    @functools.cached_property
     def step(self) -> Fraction:
         return Fraction(2) ** -self.exponent
 
-    @property
+    @functools.cached_property
     def center_value(self) -> float:
         return float(self.center * self.step)
 

@@ -6,10 +6,13 @@ continuous Laplace). `GaussianMechanism` gives rho-zCDP for L2 sensitivity `sens
 with variance sensitivity**2 / (2 rho) (Canonne, Kamath, Steinke 2020, theorem 14).
 
 Scales are exact rationals built from the float epsilon or rho, so the noise drawn is exactly the noise claimed.
+A mechanism is frozen, so its scale is worked out once (cached_property writes the instance's __dict__, which a
+frozen dataclass allows; equality and hashing still look at the fields only).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,7 +38,7 @@ class LaplaceMechanism:
         if self.sensitivity > 0 and not (self.epsilon > 0 and math.isfinite(self.epsilon)):
             raise ValueError("a Laplace mechanism needs a positive, finite epsilon")
 
-    @property
+    @functools.cached_property  # read per sample and per interval: a division of two Fractions of floats
     def scale(self) -> Fraction:
         """b: P(Z = z) is proportional to exp(-|z| / b)."""
         return Fraction(self.sensitivity) / Fraction(self.epsilon) if self.sensitivity else Fraction(0)
@@ -46,7 +49,7 @@ class LaplaceMechanism:
     # The noise is discrete Laplace with alpha = exp(-1/b). For a sum far from zero b can be 2**60 grid steps,
     # where alpha rounds to 1.0: everything below works with 1/b and expm1, never with 1 - alpha.
 
-    @property
+    @functools.cached_property
     def _inverse_scale(self) -> float:
         return 1 / float(self.scale)
 
@@ -111,12 +114,12 @@ class GaussianMechanism:
         if self.sensitivity > 0 and not (self.rho > 0 and math.isfinite(self.rho)):
             raise ValueError("a Gaussian mechanism needs a positive, finite rho")
 
-    @property
+    @functools.cached_property
     def sigma2(self) -> Fraction:
         squared = self.squared if self.squared is not None else self.sensitivity**2
         return Fraction(squared) / (2 * Fraction(self.rho)) if self.sensitivity else Fraction(0)
 
-    @property
+    @functools.cached_property
     def scale(self) -> float:
         return math.sqrt(self.sigma2)
 

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import os
 import random
+import struct
 import threading
 import weakref
 from fractions import Fraction
 from math import isqrt
 from typing import ClassVar, Protocol
+
+_WORD = struct.Struct(">Q")
 
 
 class RandomSource(Protocol):
@@ -68,10 +71,15 @@ class SecureRandom:
             block, used = self._block, self._used
             while True:
                 end = used + size
-                if end > len(block):
-                    block, used = os.urandom(max(self._BLOCK, size)), 0
-                    self._block, end = block, size
-                value = int.from_bytes(block[used:end], "big") >> shift
+                if size <= 8 and used + 8 <= len(block):
+                    # The same bits as below (the top `bits` of the next `size` bytes), read as one 64-bit word
+                    # without slicing: most draws are of at most 8 bytes. The bytes past `end` are not used here.
+                    value = _WORD.unpack_from(block, used)[0] >> (64 - bits)
+                else:
+                    if end > len(block):
+                        block, used = os.urandom(max(self._BLOCK, size)), 0
+                        self._block, end = block, size
+                    value = int.from_bytes(block[used:end], "big") >> shift
                 used = end
                 if value < n:
                     self._used = used
@@ -148,9 +156,9 @@ def geometric_exp(num: int, den: int, rng: RandomSource) -> int:
 
 def discrete_laplace(scale: Fraction, rng: RandomSource) -> int:
     """An integer Z with P(Z = z) proportional to exp(-|z| / scale) (CKS algorithm 2)."""
-    if scale <= 0:
+    t, s = scale.numerator, scale.denominator  # scale = t / s, s > 0
+    if t <= 0:  # scale <= 0, without a Fraction comparison per sample
         raise ValueError("the scale of discrete Laplace noise must be positive")
-    t, s = scale.numerator, scale.denominator  # scale = t / s
     while True:
         y = geometric_exp(s, t, rng)
         negative = rng.randbelow(2) == 1

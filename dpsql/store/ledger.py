@@ -2,9 +2,10 @@
 
 A SQLite file (by default beside the policy). A charge is one `BEGIN IMMEDIATE` transaction: it takes the write
 lock, sums what was spent, refuses if the query would overspend the total or the analyst's share, and commits
-the charge, all before the query touches the data. SQLite's locking makes this safe across processes; its
-journal makes a killed process leave either the whole charge or none of it. Costs are stored as exact rationals
-("1/10"), so ten queries of 0.1 spend exactly 1.
+the charge, all decided before the query touches the data. SQLite's locking makes this safe across processes; its
+journal makes a killed process leave either the whole charge or none of it. The commit, whose fsync is most of a
+charge's time, may run while the query reads the data (`begin_charge`): the answer waits for it. Costs are stored
+as exact rationals ("1/10"), so ten queries of 0.1 spend exactly 1.
 
 Accounting is fixed when a ledger is created: "pure" sums (epsilon, delta); "zcdp" sums rho (= epsilon^2/2 per
 query) and converts it to (epsilon, delta) with epsilon = rho + 2 sqrt(rho ln(1/delta)) (Bun & Steinke 2016),
@@ -13,15 +14,19 @@ half of the policy's delta going to that conversion and half to partition select
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import datetime
+import functools
 import math
 import os
 import sqlite3
 import threading
+import weakref
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import ClassVar
 
 from dpsql.errors import BudgetExhausted, LedgerError
 from dpsql.planning.plan import Cost
@@ -83,6 +88,7 @@ def exact(value: float | int | str | Fraction) -> Fraction:
     return Fraction(repr(float(value))) if isinstance(value, float) else Fraction(str(value))
 
 
+@functools.lru_cache(maxsize=64)  # a pure function of the policy's budgets, asked at every charge
 def rho_budget(epsilon: Fraction, delta: Fraction) -> Fraction:
     """The largest rho with rho + 2 sqrt(rho ln(1/delta)) <= epsilon, rounded down.
 
@@ -115,8 +121,32 @@ class _Total:
         return _Total(self.epsilon + epsilon, self.delta + delta, self.rho + rho, self.queries + 1)
 
 
+class PendingCharge:
+    """A charge written to the ledger whose commit may still be running (BudgetLedger.begin_charge)."""
+
+    def __init__(self, spending: Spending) -> None:
+        self.spending = spending  # the analyst's budget once this charge is counted
+        self._error: LedgerError | None = None
+        self._done = threading.Lock()  # held until the commit has finished, well or not
+        self._done.acquire()
+
+    def _finish(self, error: LedgerError | None) -> None:
+        self._error = error
+        self._done.release()
+
+    def wait(self) -> Spending:
+        """Return once the charge is on disk; LedgerError if it could not be committed (then it was not charged)."""
+        with self._done:  # taken and given back: waiting twice is fine
+            pass
+        if self._error is not None:
+            raise self._error
+        return self.spending
+
+
 class BudgetLedger:
     """One process's handle on a ledger file, shared safely with every other process that opens it."""
+
+    _instances: ClassVar[weakref.WeakSet[BudgetLedger]] = weakref.WeakSet()
 
     def __init__(self, path: Path, budget: BudgetPolicy, *, create: bool = False) -> None:
         """Open the ledger at `path`. Only with `create` is a missing ledger made: a ledger that has gone missing
@@ -124,8 +154,10 @@ class BudgetLedger:
         self.path = path
         self.budget = budget
         self._lock = threading.Lock()
+        BudgetLedger._instances.add(self)
         self._con: sqlite3.Connection | None = None
         self._identity: tuple[int, int, int] | None = None
+        self._limit_cache: dict[str | None, tuple[Fraction, Fraction]] = {}
         if not path.parent.is_dir():
             raise LedgerError(f"budget ledger {path}: the folder {path.parent} does not exist; refusing to answer "
                               "without a ledger")
@@ -140,6 +172,13 @@ class BudgetLedger:
         if stored is None or stored[0] != budget.accounting.value:
             raise LedgerError(f"budget ledger {path} was started with {stored[0] if stored else 'no'} accounting, but "
                               f"the policy now says {budget.accounting.value}: use a new ledger")
+
+    @classmethod
+    def _after_fork_in_child(cls) -> None:
+        """A forked child gets a fresh lock: the parent's may be held by a commit whose thread the child lacks (its
+        connection is reopened anyway: `_connection` compares the process id)."""
+        for ledger in list(cls._instances):
+            ledger._lock = threading.Lock()
 
     def _create(self) -> None:
         """The only place a ledger file is created: afterwards a missing file is an error, never a fresh budget.
@@ -205,32 +244,83 @@ class BudgetLedger:
 
     def charge(self, analyst: str, cost: Cost, query: str) -> Spending:
         """Commit the cost of a query, or raise BudgetExhausted and commit nothing."""
-        with self._lock:
+        return self.begin_charge(analyst, cost, query, overlap=False).wait()
+
+    def begin_charge(self, analyst: str, cost: Cost, query: str, *, overlap: bool = True) -> PendingCharge:
+        """Write the cost of a query and commit it: with `overlap`, the commit (its fsync, the slow part) runs on a
+        thread of its own while the caller reads the data. Refusals (BudgetExhausted, nothing written) and an
+        unusable ledger (LedgerError) are raised here, before the data is touched; the ledger's write lock is held
+        from the totals' read to the end of the commit, as in one call, so concurrent charges cannot both fit.
+
+        Nothing may be released before the pending charge's `wait()` returns: then the charge is on disk. If the
+        commit fails, `wait()` raises LedgerError and nothing was charged, so nothing may be released either."""
+        self._lock.acquire()
+        try:
             con = self._connection()
+            pending = PendingCharge(self._write(con, analyst, cost, query))
+        except BaseException:
+            self._lock.release()
+            raise
+        if overlap:
+            # A bare thread: threading.Thread.start() would wait until the new thread runs, which on a busy machine
+            # took as long as the commit itself. The pending charge's own lock says when it is done.
+            with contextlib.suppress(RuntimeError):  # no thread to be had: commit here instead
+                _thread.start_new_thread(self._commit, (con, pending))
+                return pending
+        self._commit(con, pending)
+        return pending
+
+    def _write(self, con: sqlite3.Connection, analyst: str, cost: Cost, query: str) -> Spending:
+        """Four statements, all but the commit: take the write lock, read both totals (one SELECT), insert the
+        charge, write both totals (one INSERT). Left open for `_commit`; rolled back on a refusal."""
+        try:
+            con.execute("BEGIN IMMEDIATE")
             try:
-                con.execute("BEGIN IMMEDIATE")
-                try:
-                    everyone, mine = self._total(con, _EVERYONE), self._total(con, analyst)
-                    for who, total, scope in (("the total budget", everyone, None),
-                                              (f"analyst {analyst!r}'s budget", mine, analyst)):
-                        problem = self._overspend(total, cost, scope)
-                        if problem:
-                            raise BudgetExhausted(f"refused: this query would overspend {who}: {problem}. Nothing "
-                                                  "was released or charged")
-                    con.execute("INSERT INTO charges (at, analyst, epsilon, delta, rho, query) VALUES (?, ?, ?, ?, ?, "
-                                "?)", (datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
-                                       analyst, str(cost.epsilon), str(cost.delta), str(cost.rho), query))
-                    self._store(con, _EVERYONE, everyone.plus(cost))
-                    self._store(con, analyst, mine.plus(cost))
-                except BaseException:
-                    con.execute("ROLLBACK")
-                    raise
-                con.execute("COMMIT")
-            except sqlite3.Error as exc:
-                self._close()
-                raise LedgerError(f"budget ledger {self.path}: cannot record the charge ({exc}); refusing to "
-                                  "answer") from None
-            return self._spending(mine.plus(cost), analyst)
+                everyone, mine = self._totals(con, analyst)
+                for who, total, scope in (("the total budget", everyone, None),
+                                          (f"analyst {analyst!r}'s budget", mine, analyst)):
+                    problem = self._overspend(total, cost, scope)
+                    if problem:
+                        raise BudgetExhausted(f"refused: this query would overspend {who}: {problem}. Nothing "
+                                              "was released or charged")
+                epsilon, delta, rho = cost.epsilon, cost.delta, cost.rho
+                con.execute("INSERT INTO charges (at, analyst, epsilon, delta, rho, query) VALUES (?, ?, ?, ?, ?, ?)",
+                            (datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"), analyst,
+                             str(epsilon), str(delta), str(rho), query))
+                everyone, mine = everyone.add(epsilon, delta, rho), mine.add(epsilon, delta, rho)
+                # Everyone's row first: for an analyst named like the everyone scope the two rows are one, and
+                # both carry the same total, as two separate writes did.
+                con.execute("INSERT OR REPLACE INTO totals VALUES (?, ?, ?, ?, ?), (?, ?, ?, ?, ?)",
+                            (*self._row(_EVERYONE, everyone), *self._row(analyst, mine)))
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            self._close()
+            raise LedgerError(f"budget ledger {self.path}: cannot record the charge ({exc}); refusing to "
+                              "answer") from None
+        return self._spending(mine, analyst)
+
+    def _commit(self, con: sqlite3.Connection, pending: PendingCharge) -> None:
+        """Commit the written charge (synchronous FULL: on disk when COMMIT returns), then let go of the ledger."""
+        error = None
+        try:
+            con.execute("COMMIT")
+        except BaseException as exc:  # on whatever thread: the waiter must learn of it, whatever it was
+            self._close()  # closing rolls back what a failed commit left
+            error = LedgerError(f"budget ledger {self.path}: cannot record the charge ({type(exc).__name__}: "
+                                f"{exc}); refusing to answer")
+        finally:
+            self._lock.release()  # first: once the waiter goes on, the ledger is free for its next call
+            pending._finish(error)
+
+    def _totals(self, con: sqlite3.Connection, analyst: str) -> tuple[_Total, _Total]:
+        """Everyone's total and the analyst's, read in one statement."""
+        found = {row[0]: _Total(Fraction(row[1]), Fraction(row[2]), Fraction(row[3]), row[4]) for row in
+                 con.execute("SELECT scope, epsilon, delta, rho, queries FROM totals WHERE scope IN (?, ?)",
+                             (_EVERYONE, analyst))}
+        return tuple(found[scope] if scope in found else self._recount(con, scope)  # type: ignore[return-value]
+                     for scope in (_EVERYONE, analyst))
 
     def _total(self, con: sqlite3.Connection, scope: str) -> _Total:
         row = con.execute("SELECT epsilon, delta, rho, queries FROM totals WHERE scope = ?", (scope,)).fetchone()
@@ -246,15 +336,17 @@ class BudgetLedger:
             total = total.add(Fraction(epsilon), Fraction(delta), Fraction(rho))
         return total
 
-    def _store(self, con: sqlite3.Connection, scope: str, total: _Total) -> None:
-        con.execute("INSERT OR REPLACE INTO totals VALUES (?, ?, ?, ?, ?)",
-                    (scope, str(total.epsilon), str(total.delta), str(total.rho), total.queries))
+    @staticmethod
+    def _row(scope: str, total: _Total) -> tuple[str, str, str, str, int]:
+        return scope, str(total.epsilon), str(total.delta), str(total.rho), total.queries
 
     def _limits(self, analyst: str | None) -> tuple[Fraction, Fraction]:
-        if analyst is None:
-            return exact(self.budget.epsilon), exact(self.budget.delta)
-        share = self.budget.for_analyst(analyst)
-        return exact(share.epsilon), exact(share.delta)
+        """The (epsilon, delta) a scope may spend, as exact rationals: fixed by the policy, so worked out once."""
+        limits = self._limit_cache.get(analyst)
+        if limits is None:
+            share = self.budget if analyst is None else self.budget.for_analyst(analyst)
+            limits = self._limit_cache[analyst] = (exact(share.epsilon), exact(share.delta))
+        return limits
 
     def _overspend(self, total: _Total, cost: Cost, analyst: str | None) -> str | None:
         epsilon, delta = self._limits(analyst)
@@ -295,3 +387,7 @@ class BudgetLedger:
                     if analyst is None or r[2] == analyst]
         with self._lock:
             return self._read(charges)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=BudgetLedger._after_fork_in_child)
