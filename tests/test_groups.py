@@ -25,6 +25,15 @@ def test_every_public_group_is_released_even_if_empty(pums_session) -> None:
     assert sorted((r[0], r[1]) for r in result.rows) == [(0, 0), (0, 1), (1, 0), (1, 1)]
 
 
+def test_a_key_grouped_twice_is_one_key(pums_session) -> None:
+    """`GROUP BY sex, sex` groups as `GROUP BY sex`: one row per value, not a grid of pairs whose off-diagonal
+    cells showed a sex's label with a count of 0."""
+    for sql in ("SELECT sex, sex, COUNT(*) FROM pums GROUP BY sex, sex", "SELECT sex, sex FROM pums GROUP BY sex, 1",
+                "SELECT DISTINCT sex, sex FROM pums"):
+        rows = pums_session.execute(sql).rows
+        assert sorted((r[0], r[1]) for r in rows) == [(0, 0), (1, 1)], sql
+
+
 @pytest.fixture
 def cities(tmp_path: Path):
     """200 people in 'big' (one row each), one person in 'rare' with three rows; city has no public values."""

@@ -340,8 +340,11 @@ def _output_names(tree: exp.Select, sql: str) -> tuple[str, ...]:
 
 
 def _group_expressions(tree: exp.Select) -> list[exp.Expression]:
+    """The GROUP BY expressions, each once: `GROUP BY a, a` groups as `GROUP BY a` does, and as two keys it made a
+    grid of every pair of a's public values in which each output column showed one of the two, so that the empty
+    off-diagonal cells read like a's groups with a count of 0."""
     group = tree.args.get("group")
-    return list(group.expressions) if group is not None else []
+    return list(dict.fromkeys(group.expressions)) if group is not None else []
 
 
 def _group_key(expression: exp.Expression, table: TablePolicy) -> GroupKey:
