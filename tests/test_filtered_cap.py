@@ -168,3 +168,49 @@ def test_a_join_reads_the_declared_values_flag_of_its_private_table(tmp_path_fac
                 assert found == sorted(engine.run(plain), key=repr), query
     finally:
         engine.close()
+
+
+# Generated filters (red team 7): the later rows' lambda tests only the conjuncts that read a listed column
+# (bounding._on_earlier_rows); nested ANDs under ORs and NOTs, CASE, IS DISTINCT FROM, NULL-yielding atoms and
+# conjuncts reading only columns that hold one value in some units, against the plain window.
+_ATOMS = ("v > {t}", "w = {t}", "f IS NULL", "grp = 'a'", "pid % 2 = 0", "v IS DISTINCT FROM w",
+          "w IS NOT DISTINCT FROM {t}", "COALESCE(v, 0) < 5", "NULLIF(w, {t}) IS NULL", "f < 0", "f >= 0",
+          "CASE WHEN w > 1 THEN v > 3 ELSE grp = 'b' END", "abs(v - w) < 2", "grp IN ('a', 'b')",
+          "v BETWEEN w AND 6", "sign(f) = 0", "v = NULL", "NOT (w > {t})", "w + 0 > v", "TRUE")
+_filter = st.recursive(st.sampled_from(_ATOMS), lambda inner: st.one_of(
+    st.tuples(inner, inner).map(lambda p: f"({p[0]}) AND ({p[1]})"),
+    st.tuples(inner, inner).map(lambda p: f"{p[0]} AND {p[1]}"),
+    st.tuples(inner, inner).map(lambda p: f"({p[0]} OR {p[1]})"),
+    inner.map(lambda p: f"NOT ({p})"),
+    inner.map(lambda p: f"(({p}))"),
+    st.tuples(inner, inner).map(lambda p: f"COALESCE(({p[0]}), ({p[1]}))")), max_leaves=5)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(units=st.lists(_unit, min_size=1, max_size=10), m=st.integers(1, 3), t=st.integers(0, 4),
+       seed=st.one_of(st.none(), st.integers(0, 2**31)), condition=_filter)
+def test_the_filtered_cap_on_generated_filters_keeps_what_the_plain_window_keeps(tmp_path_factory, monkeypatch,
+                                                                                 units, m, t, seed,
+                                                                                 condition) -> None:
+    folder = tmp_path_factory.mktemp("cap3")
+    rows = []
+    for pid, (ws, fs, unit_rows) in enumerate(units, start=1):
+        rows += [(pid, g, v, ws[second_w], fs[second_f]) for g, v, second_w, second_f in unit_rows]
+    write_csv(folder / "t.csv", ["pid", "grp", "v", "w", "f"], rows)
+    policy = load_policy(write_policy(folder / "p.toml", {"t": {
+        "source": "t.csv", "privacy_unit": "pid", "max_rows_per_unit": m,
+        "columns": {"pid": {"type": "int"}, "grp": {"type": "text", "values": ["a", "b", "c"]},
+                    "v": {"type": "int", "lower": 0, "upper": 9}, "w": {"type": "int", "values": [0, 1, 2, 3]},
+                    "f": {"type": "float", "lower": -2, "upper": 2}}}}))
+    engine = DuckDBEngine(policy, bounding_seed=seed)
+    budget = Budget(Fraction(1), Fraction(0), Accounting.PURE, MechanismKind.LAPLACE)
+    try:
+        for query in QUERIES[:2]:
+            checked = plan(check(parse(query.format(f=condition.format(t=t))), policy, VOCABULARY), budget)
+            found = sorted(engine.run(rewrite(checked).sql), key=repr)
+            with monkeypatch.context() as patched:
+                patched.setattr(bounding, "cap_rows", _reference_cap)
+                expected = sorted(engine.run(rewrite(checked).sql), key=repr)
+            assert found == expected, (condition, query)
+    finally:
+        engine.close()

@@ -436,9 +436,9 @@ def _coded_rows(table: TablePolicy, source: exp.Expression, portable: bool) -> e
     if portable:
         def case(column: ColumnPolicy) -> exp.Expression:
             assert column.values is not None
-            found = exp.Case()
+            found = exp.Case()  # built in place: Case.when copies the CASE by default, quadratic in the values
             for index, value in enumerate(column.values, start=1):
-                found = found.when(_column(column.name).eq(literal(value)), exp.Literal.number(index))
+                found.when(_column(column.name).eq(literal(value)), exp.Literal.number(index), copy=False)
             return exp.cast(found, exp.DataType.Type.SMALLINT)
         return exp.select("*", *[exp.alias_(case(column), code(column)) for column in coded], copy=False) \
             .from_(cleaned.subquery(copy=False), copy=False)
