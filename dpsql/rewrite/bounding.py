@@ -419,8 +419,8 @@ def _is_known(column: ColumnPolicy) -> exp.Expression:
 def code(column: ColumnPolicy) -> str | None:
     """The prepared table's small integer of a column with declared values, if it has one: i for the i-th declared
     value, NULL for any other value and for NULL. A query grouping by the column groups by it instead (rewrite/
-    passes.py): DuckDB groups small integers whose range it knows in a table indexed by value, text by hashing
-    (10M rows, eight departments: 32 ms against 88)."""
+    passes.py): hashing a small integer is far cheaper than hashing text (10M rows, eight departments: 45 ms against
+    108, with the engine's perfect hash tables off: see engines/duckdb_engine.py)."""
     return names.code_column(column.name) if column.flags_values else None
 
 
