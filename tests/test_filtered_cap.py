@@ -104,7 +104,12 @@ def test_the_filtered_cap_keeps_what_one_window_over_the_filtered_rows_keeps(tmp
                                                                              m, t, seed, filters) -> None:
     """The two-part cap (rewrite/bounding.cap_rows) against the plain window over every row the filter keeps, both
     run on the same prepared table, for filters on columns that vary within units and columns that do not."""
-    folder = tmp_path_factory.mktemp("cap2")
+    _compare_with_the_window(tmp_path_factory.mktemp("cap2"), monkeypatch, units, m, t, seed, filters, QUERIES)
+
+
+def _compare_with_the_window(folder, monkeypatch, units, m: int, t: int, seed: int | None, filters, queries) -> None:
+    """Each filtered query, capped by bounding.cap_rows and by the plain window (`_reference_cap`), on one prepared
+    table of the generated units: the same rows."""
     rows = []
     for pid, (ws, fs, unit_rows) in enumerate(units, start=1):  # each row takes one of its unit's two w and f
         rows += [(pid, g, v, ws[second_w], fs[second_f]) for g, v, second_w, second_f in unit_rows]
@@ -118,7 +123,7 @@ def test_the_filtered_cap_keeps_what_one_window_over_the_filtered_rows_keeps(tmp
     budget = Budget(Fraction(1), Fraction(0), Accounting.PURE, MechanismKind.LAPLACE)
     try:
         for condition in filters:
-            for query in QUERIES:
+            for query in queries:
                 checked = plan(check(parse(query.format(f=condition.format(t=t))), policy, VOCABULARY), budget)
                 found = sorted(engine.run(rewrite(checked).sql), key=repr)
                 with monkeypatch.context() as patched:
@@ -192,25 +197,5 @@ _filter = st.recursive(st.sampled_from(_ATOMS), lambda inner: st.one_of(
 def test_the_filtered_cap_on_generated_filters_keeps_what_the_plain_window_keeps(tmp_path_factory, monkeypatch,
                                                                                  units, m, t, seed,
                                                                                  condition) -> None:
-    folder = tmp_path_factory.mktemp("cap3")
-    rows = []
-    for pid, (ws, fs, unit_rows) in enumerate(units, start=1):
-        rows += [(pid, g, v, ws[second_w], fs[second_f]) for g, v, second_w, second_f in unit_rows]
-    write_csv(folder / "t.csv", ["pid", "grp", "v", "w", "f"], rows)
-    policy = load_policy(write_policy(folder / "p.toml", {"t": {
-        "source": "t.csv", "privacy_unit": "pid", "max_rows_per_unit": m,
-        "columns": {"pid": {"type": "int"}, "grp": {"type": "text", "values": ["a", "b", "c"]},
-                    "v": {"type": "int", "lower": 0, "upper": 9}, "w": {"type": "int", "values": [0, 1, 2, 3]},
-                    "f": {"type": "float", "lower": -2, "upper": 2}}}}))
-    engine = DuckDBEngine(policy, bounding_seed=seed)
-    budget = Budget(Fraction(1), Fraction(0), Accounting.PURE, MechanismKind.LAPLACE)
-    try:
-        for query in QUERIES[:2]:
-            checked = plan(check(parse(query.format(f=condition.format(t=t))), policy, VOCABULARY), budget)
-            found = sorted(engine.run(rewrite(checked).sql), key=repr)
-            with monkeypatch.context() as patched:
-                patched.setattr(bounding, "cap_rows", _reference_cap)
-                expected = sorted(engine.run(rewrite(checked).sql), key=repr)
-            assert found == expected, (condition, query)
-    finally:
-        engine.close()
+    _compare_with_the_window(tmp_path_factory.mktemp("cap3"), monkeypatch, units, m, t, seed, [condition],
+                             QUERIES[:2])

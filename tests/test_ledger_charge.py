@@ -15,6 +15,7 @@ from dpsql.errors import BudgetExhausted, LedgerError
 from dpsql.planning.plan import Cost
 from dpsql.policy import Accounting, AnalystBudget, BudgetPolicy, MechanismKind
 from dpsql.store.ledger import BudgetLedger
+from tests.forking import in_forked_child
 
 
 def _ledger(tmp_path: Path, accounting: Accounting = Accounting.PURE) -> BudgetLedger:
@@ -138,19 +139,7 @@ def test_a_child_forked_during_a_commit_can_charge(tmp_path: Path) -> None:
     ledger = _ledger(tmp_path)
     ledger._lock.acquire()  # as a commit in flight holds it
     try:
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child process
-            try:
-                os.close(read)
-                acquired = ledger._lock.acquire(blocking=False)
-                os.write(write, b"1" if acquired else b"0")
-            finally:
-                os._exit(0)
-        os.close(write)
-        answer = os.read(read, 1)
-        os.close(read)
-        os.waitpid(pid, 0)
+        answer = in_forked_child(lambda: b"1" if ledger._lock.acquire(blocking=False) else b"0")
     finally:
         ledger._lock.release()
     assert answer == b"1"

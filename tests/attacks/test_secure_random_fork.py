@@ -12,27 +12,14 @@ import threading
 import pytest
 
 from dpsql.dp.noise import SecureRandom
+from tests.forking import in_forked_child
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
 
 def _draws_in_child(source: SecureRandom, count: int) -> list[int]:
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child process
-        try:
-            os.close(read)
-            payload = ",".join(str(source.randbelow(1 << 30)) for _ in range(count)).encode()
-            os.write(write, payload)
-        finally:
-            os._exit(0)
-    os.close(write)
-    chunks = []
-    while chunk := os.read(read, 1 << 16):
-        chunks.append(chunk)
-    os.close(read)
-    os.waitpid(pid, 0)
-    return [int(x) for x in b"".join(chunks).decode().split(",")]
+    payload = in_forked_child(lambda: ",".join(str(source.randbelow(1 << 30)) for _ in range(count)).encode())
+    return [int(x) for x in payload.decode().split(",")]
 
 
 def test_a_forked_child_does_not_repeat_the_parents_noise() -> None:
@@ -60,19 +47,7 @@ def test_a_lock_held_at_fork_does_not_hang_the_child() -> None:
     thread.start()
     held.wait()
     try:
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child process
-            try:
-                os.close(read)
-                acquired = source._lock.acquire(blocking=False)
-                os.write(write, b"1" if acquired else b"0")
-            finally:
-                os._exit(0)
-        os.close(write)
-        answer = os.read(read, 1)
-        os.close(read)
-        os.waitpid(pid, 0)
+        answer = in_forked_child(lambda: b"1" if source._lock.acquire(blocking=False) else b"0")
     finally:
         release.set()
         thread.join()
