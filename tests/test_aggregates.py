@@ -95,7 +95,7 @@ def test_the_check_would_see_a_disagreement(pums_session, monkeypatch: pytest.Mo
     computes = average.estimate
     monkeypatch.setattr(average, "interval_method", lambda self, recipe: SUMMED_NOISE)
     monkeypatch.setattr(average, "estimate", lambda self, recipe, cells: FIDUCIAL.estimate(
-        [recipe.count, recipe.total], lambda count, total: total / count, cells))
+        list(recipe.pair or (recipe.count, recipe.total)), lambda first, second: first / second, cells))
     used = _used_methods(monkeypatch)
     assert _disagreements(query_plan, used, set())
     monkeypatch.setattr(average, "interval_method", lambda self, recipe: FIDUCIAL)

@@ -79,8 +79,9 @@ def test_explain_shows_the_plan_and_spends_nothing(visits_policy: Path) -> None:
     code, out, _ = run("explain", GROUPED, "--policy", str(visits_policy), "--epsilon", "2")
     assert code == 0
     for expected in ("Cost: epsilon 2, delta 0", "at most 5 row(s) per unit", "discrete Laplace", "COUNT(*)",
-                     "SUM(cost - 2500)", "sensitivity", "noise scale", "95% +/-", "Rewritten SQL",
-                     "AVG(cost) = 2500 + m2 / m1", "COUNT(*) = m0 + m1", "m0 and m1 count disjoint rows"):
+                     "SUM(5000 - cost)", "sensitivity", "noise scale", "95% +/-", "Rewritten SQL",
+                     "AVG(cost) = 2500 + (m0 - m1) / 2 / ((m0 + m1) / 5000)", "COUNT(*) = (m0 + m1 + m2) / 5000",
+                     "m0 and m1 and m2 split each row's hi - lo = 5000 between them"):
         assert expected in out, expected
     shown = sql_tree(out.split("Rewritten SQL", 1)[1].split("\n", 1)[1])  # the SQL printed last
     session = PrivateSession(visits_policy, "cli")

@@ -16,6 +16,8 @@ from dpsql.planning.aggregates import aggregate
 from dpsql.planning.measurements import MeasurementKind
 from dpsql.session import PrivateSession
 
+COUNTS = "SELECT region, COUNT(*), COUNT(cost) FROM visits GROUP BY region"
+# With SUM or AVG of cost, cost is measured as a pair (x - lo, hi - x) and its NULL rows join the pair's share
 GROUPED = "SELECT region, COUNT(*), COUNT(cost), SUM(cost), AVG(cost) FROM visits GROUP BY region"
 
 
@@ -29,7 +31,7 @@ def _plan(policy: Path, sql: str):
 
 
 def test_count_star_is_the_sum_of_two_disjoint_counts_that_share_one_share(visits_policy: Path) -> None:
-    prepared, rows = _plan(visits_policy, GROUPED)
+    prepared, rows = _plan(visits_policy, COUNTS)
     plan = prepared.plan
     kinds = [m.spec.kind for m in plan.measurements]
     assert MeasurementKind.NULLS in kinds and sum(k is MeasurementKind.ROWS for k in kinds) == 1
@@ -40,7 +42,7 @@ def test_count_star_is_the_sum_of_two_disjoint_counts_that_share_one_share(visit
     assert plan.recipes[0].parts == (nulls, values)
     # The budget is spent once per item: the items' shares add up to at most epsilon.
     shares = {m.spec.budget_item: m.share for m in plan.measurements}
-    assert len(shares) == len(plan.measurements) - 1 and 0.999999 < sum(shares.values()) <= 1.0
+    assert len(shares) == 1 and 0.999999 < sum(shares.values()) <= 1.0
     # And the two counts add up to every row (engine's exact values, before noise): NULL or not, each row once.
     session = PrivateSession(visits_policy, "t", bounding_seed=3)
     try:
@@ -52,21 +54,44 @@ def test_count_star_is_the_sum_of_two_disjoint_counts_that_share_one_share(visit
     assert exact == {row[0]: row[1] for row in counted}
 
 
-def test_every_output_is_at_least_as_accurate_as_without_the_split(visits_policy: Path,
+@pytest.mark.parametrize("sql", [COUNTS, GROUPED])
+def test_every_output_is_at_least_as_accurate_as_without_the_split(visits_policy: Path, sql: str,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    split, _ = _plan(visits_policy, GROUPED)
+    split, _ = _plan(visits_policy, sql)
     monkeypatch.setattr(planning, "_split_choices", lambda query, needs_selection: [None])
-    plain, _ = _plan(visits_policy, GROUPED)
+    plain, _ = _plan(visits_policy, sql)
+    assert any(m.spec.kind is MeasurementKind.NULLS for m in split.plan.measurements)
     assert not any(m.spec.kind is MeasurementKind.NULLS for m in plain.plan.measurements)
 
     # COUNT(*), COUNT(cost) and SUM(cost) are linear in the measurements: their half-widths are the same for every
-    # group. AVG(cost) divides the sum by COUNT(cost): both of those measurements are less noisy.
-    for new, old in zip(split.plan.recipes[:3], plain.plan.recipes[:3], strict=True):
-        assert aggregate(new.call).width(new, split.plan.measurements) < \
-            aggregate(old.call).width(old, plain.plan.measurements), new.call.text
-    new, old = split.plan.recipes[3], plain.plan.recipes[3]
-    for part in ("count", "total"):
-        assert split.plan.measurements[getattr(new, part)].std < plain.plan.measurements[getattr(old, part)].std
+    # group. AVG(cost) divides a sum by a count: each of the measurements it reads is less noisy.
+    for new, old in zip(split.plan.recipes, plain.plan.recipes, strict=True):
+        if new.call.kind == "avg":
+            for a, b in zip(new.pair or (new.count, new.total), old.pair or (old.count, old.total), strict=True):
+                assert split.plan.measurements[a].std < plain.plan.measurements[b].std
+        else:
+            assert aggregate(new.call).width(new, split.plan.measurements) < \
+                aggregate(old.call).width(old, plain.plan.measurements), new.call.text
+
+
+def test_a_pair_and_the_null_rows_share_one_share_and_count_every_row(visits_policy: Path) -> None:
+    prepared, rows = _plan(visits_policy, GROUPED)
+    plan = prepared.plan
+    kinds = [m.spec.kind for m in plan.measurements]
+    assert kinds == [MeasurementKind.ABOVE, MeasurementKind.BELOW, MeasurementKind.NULLS]
+    assert len({m.spec.budget_item for m in plan.measurements}) == 1 and 0.999999 < plan.measurements[0].share <= 1
+    width = plan.measurements[0].spec.value_point.width
+    steps = 1 / float(plan.measurements[0].spec.step)
+    # Each row adds hi - lo to the three together: their exact sum is COUNT(*) times that, in grid steps.
+    session = PrivateSession(visits_policy, "t", bounding_seed=3)
+    try:
+        counted = session.engine.run(session.prepare("SELECT region, COUNT(*) FROM visits GROUP BY region",
+                                                     epsilon=1.0).bounded.sql)
+    finally:
+        session.close()
+    assert {row[0]: sum(row[1:]) for row in rows} == {row[0]: row[1] * round(width * steps) for row in counted}
+    assert [r.linear for r in plan.recipes[:2]] == [((1 / width, 0), (1 / width, 1), (1 / width, 2)),
+                                                    ((1 / width, 0), (1 / width, 1))]
 
 
 def test_partition_selection_keeps_a_count_of_all_rows(visits_policy: Path) -> None:
@@ -79,4 +104,5 @@ def test_partition_selection_keeps_a_count_of_all_rows(visits_policy: Path) -> N
 
 def test_a_non_nullable_argument_needs_no_split(visits_policy: Path) -> None:
     prepared, _ = _plan(visits_policy, "SELECT region, COUNT(*), AVG(age) FROM visits GROUP BY region")
-    assert [m.spec.kind for m in prepared.plan.measurements] == [MeasurementKind.ROWS, MeasurementKind.SUM]
+    assert [m.spec.kind for m in prepared.plan.measurements] == [MeasurementKind.ABOVE, MeasurementKind.BELOW]
+    assert prepared.plan.recipes[0].linear and prepared.plan.recipes[1].pair == (0, 1)

@@ -79,6 +79,8 @@ CASES = (
     Case("SUM", "SELECT SUM(x) FROM audit", LARGE, _unit(10, -1e9)),
     Case("AVG", "SELECT AVG(x) FROM audit", SMALL, _unit(10, -1e9)),
     Case("VAR/STDDEV", "SELECT VARIANCE(x), STDDEV(x) FROM audit", SMALL, _unit(10, 1e9)),
+    # COUNT, SUM and AVG from one pair of complementary sums (x - lo, hi - x) sharing one share (measurements.Pair)
+    Case("COUNT, SUM, AVG (a pair)", "SELECT COUNT(*), SUM(x), AVG(x) FROM audit", SMALL, _unit(10, 1e9)),
     Case("GROUP BY, partition selection", "SELECT g, COUNT(*) FROM audit GROUP BY g", LARGE,
          _unit(MAX_ROWS, 1e9, ("a", "a", "z")), keys=(("a",), ("z",))),  # 2 rows in "a", 1 in a new group
 )

@@ -40,6 +40,16 @@ class FixedPoint:
     def center_value(self) -> float:
         return float(self.center * self.step)
 
+    @functools.cached_property
+    def ends(self) -> tuple[float, float]:
+        """The grid's ends, center -/+ bound steps: every row's integer lies between them (a pair's lo and hi)."""
+        return float((self.center - self.bound) * self.step), float((self.center + self.bound) * self.step)
+
+    @functools.cached_property
+    def width(self) -> float:
+        """hi - lo of the grid, exactly 2 * bound steps (a power-of-two step: exact in a float below 2**53 steps)."""
+        return float(2 * self.bound * self.step)
+
     def centered(self, value: exp.Expression) -> exp.Expression:
         """SQL turning a value into its clamped, centered integer. NULL stays NULL (LEAST/GREATEST would not)."""
         clamped = clamp(value, self.interval)

@@ -130,8 +130,15 @@ def _shared_shares(query_plan: QueryPlan) -> list[str]:
     items: dict[tuple, list[int]] = {}
     for i, m in enumerate(query_plan.measurements):
         items.setdefault(m.spec.budget_item, []).append(i)
-    return [f"  {' and '.join(f'm{i}' for i in indices)} count disjoint rows (each row is in exactly one): they "
-            f"spend one share together (parallel composition)" for indices in items.values() if len(indices) > 1]
+    return [f"  {' and '.join(f'm{i}' for i in indices)} {_why_shared(query_plan.measurements[indices[0]])}"
+            for indices in items.values() if len(indices) > 1]
+
+
+def _why_shared(first: Measurement) -> str:
+    if first.spec.paired:
+        return (f"split each row's hi - lo = {number(first.spec.value_point.width)} between them (x - lo, hi - x, or a "
+                "NULL row's whole): one row moves them by hi - lo together, so they spend one share together")
+    return "count disjoint rows (each row is in exactly one): they spend one share together (parallel composition)"
 
 
 def _measurement_row(index: int, m: Measurement) -> tuple[str, ...]:

@@ -21,12 +21,13 @@ from sqlglot import exp
 
 from dpsql.analysis.check import COUNT, CheckedQuery
 from dpsql.dp.allocation import objective, split
+from dpsql.dp.fixedpoint import fixed_point
 from dpsql.dp.mechanisms import GaussianMechanism, LaplaceMechanism, Mechanism, smallest
 from dpsql.dp.quantile import QuantileMechanism
 from dpsql.errors import QueryRejected
 from dpsql.planning.aggregates import aggregate
 from dpsql.planning.contribution import Contribution, contribution
-from dpsql.planning.measurements import Measurement, MeasurementKind, MeasurementSpec, Measures, OutputRecipe
+from dpsql.planning.measurements import Measurement, MeasurementKind, MeasurementSpec, Measures, OutputRecipe, Pair
 from dpsql.policy import Accounting, MechanismKind
 
 MAX_PUBLIC_CELLS = 100_000
@@ -222,15 +223,33 @@ def _threshold(mechanism: Mechanism, unit: Contribution, delta: float) -> int:
 
 def _candidates(query: CheckedQuery, m: int,
                 needs_selection: bool) -> Iterator[tuple[Measures, tuple[OutputRecipe, ...]]]:
-    """Every way of measuring the outputs worth comparing: each SUM plain, or centered with a count; COUNT(*) as a
-    count of its own, or as the sum of the counts of rows where a nullable argument is NULL and where it is not."""
-    sums = sorted({c.key for c in query.aggregates if aggregate(c).measured_two_ways})
-    choices = list(itertools.product((False, True), repeat=len(sums))) if len(sums) <= 6 else \
-        [tuple([False] * len(sums)), tuple([True] * len(sums))]
+    """Every way of measuring the outputs worth comparing: each bounded argument of SUM or AVG as a pair of
+    complementary sums or not; each SUM not from a pair plain, or centered with a count; COUNT(*) as a count of its
+    own, or as the sum of the counts of rows where a nullable argument is NULL and where it is not. The ways without
+    pairs come first: the first of equals wins."""
+    pairable = list(dict.fromkeys(c.argument for c in query.aggregates if aggregate(c).pairable))
+    subsets = [combination for size in range(len(pairable) + 1)
+               for combination in itertools.combinations(pairable, size)] if len(pairable) <= _MAX_PAIRED else \
+        [(), tuple(pairable)]
     for split_by in _split_choices(query, needs_selection):
-        for choice in choices:
-            plain_sums = {key for key, plain in zip(sums, choice, strict=True) if plain}
-            yield _measure(query, m, needs_selection, plain_sums, split_by)
+        for paired in subsets:
+            pairs = tuple(_pair(query, argument) for argument in paired)
+            sums = sorted({c.key for c in query.aggregates if aggregate(c).measured_two_ways and
+                           c.argument not in paired})
+            choices = list(itertools.product((False, True), repeat=len(sums))) if len(sums) <= 6 else \
+                [tuple([False] * len(sums)), tuple([True] * len(sums))]
+            for choice in choices:
+                plain_sums = {key for key, plain in zip(sums, choice, strict=True) if plain}
+                yield _measure(query, m, needs_selection, plain_sums, split_by, pairs)
+
+
+_MAX_PAIRED = 3  # arguments tried as pairs one by one; beyond, all or none
+
+
+def _pair(query: CheckedQuery, argument: exp.Expression) -> Pair:
+    """The pair of an argument of SUM or AVG: its grid and whether it can be NULL, from any call reading it."""
+    call = next(c for c in query.aggregates if aggregate(c).pairable and c.argument == argument)
+    return Pair(argument, fixed_point(call.interval), call.nullable)
 
 
 _MAX_SPLITS = 3  # nullable arguments tried as the split of COUNT(*), in the order the query names them
@@ -246,9 +265,9 @@ def _split_choices(query: CheckedQuery, needs_selection: bool) -> list[exp.Expre
     return [None, *list(arguments)[:_MAX_SPLITS]]
 
 
-def _measure(query: CheckedQuery, m: int, needs_selection: bool, plain_sums: set,
-             split_by: exp.Expression | None) -> tuple[Measures, tuple[OutputRecipe, ...]]:
-    measures = Measures(split_by=split_by)
+def _measure(query: CheckedQuery, m: int, needs_selection: bool, plain_sums: set, split_by: exp.Expression | None,
+             pairs: tuple[Pair, ...]) -> tuple[Measures, tuple[OutputRecipe, ...]]:
+    measures = Measures(split_by=split_by, pairs=pairs)
     recipes = tuple(aggregate(call).recipe(call, m, measures, call.key in plain_sums) for call in query.aggregates)
     if needs_selection:
         measures.use(MeasurementSpec(MeasurementKind.ROWS), 1.0)

@@ -287,7 +287,7 @@ def project_fixed_point(tree: exp.Select, context: _Context) -> exp.Select:
     """Each summed value as its clamped fixed-point integer __q<i> (already one for a bare bounded column)."""
     points = {}
     for m in context.plan.measurements:
-        if m.spec.kind in (MeasurementKind.SUM, MeasurementKind.SUMSQ):
+        if m.spec.kind in (MeasurementKind.SUM, MeasurementKind.SUMSQ, MeasurementKind.ABOVE, MeasurementKind.BELOW):
             points[context.value_index(m.spec.argument)] = m.spec
     passthrough = [exp.column(c.alias_or_name) for c in tree.expressions]
     integers = []
@@ -337,9 +337,18 @@ def _measurement(spec: MeasurementSpec, context: _Context) -> exp.Expression:
             return exp.Count(this=exp.Star())
         return exp.Count(this=_value_column(spec, context))
     if spec.kind is MeasurementKind.NULLS:
-        return exp.Sub(this=exp.Count(this=exp.Star()), expression=exp.Count(this=_value_column(spec, context)))
+        nulls = exp.Sub(this=exp.Count(this=exp.Star()), expression=exp.Count(this=_value_column(spec, context)))
+        if spec.value_point is None:
+            return nulls
+        return exp.Mul(this=exp.paren(nulls), expression=_huge(2 * spec.value_point.bound))  # a pair's units
     value = _value_column(spec, context)
     centered = _value_column(spec, context, names.row_integer)
+    if spec.kind in (MeasurementKind.ABOVE, MeasurementKind.BELOW):
+        # x - lo is the centered integer plus bound, hi - x bound minus it: summed exactly in 128-bit integers.
+        bounds = exp.Mul(this=_huge(spec.value_point.bound), expression=exp.Count(this=value.copy()))
+        if spec.kind is MeasurementKind.ABOVE:
+            return exp.Add(this=exp.Sum(this=centered), expression=bounds)
+        return exp.Sub(this=bounds, expression=exp.Sum(this=centered))
     if spec.kind is MeasurementKind.SUMSQ:
         real = exp.Mul(this=exp.cast(centered, "DOUBLE"), expression=double(float(spec.value_point.step)))
         return exp.Sum(this=spec.square_point.centered(exp.Pow(this=exp.paren(real), expression=exp.Literal.number(2))))
@@ -347,9 +356,12 @@ def _measurement(spec: MeasurementSpec, context: _Context) -> exp.Expression:
     if not spec.plain:
         return total
     # The uncentered sum, exactly: add center * count back in 128-bit integers.
-    shift = exp.Mul(this=exp.cast(exp.Literal.number(spec.value_point.center), "HUGEINT"),
-                    expression=exp.Count(this=value.copy()))
+    shift = exp.Mul(this=_huge(spec.value_point.center), expression=exp.Count(this=value.copy()))
     return exp.Add(this=total, expression=shift)
+
+
+def _huge(value: int) -> exp.Expression:
+    return exp.cast(exp.Literal.number(value), "HUGEINT")
 
 
 def _precomputed(argument: exp.Expression, context: _Context) -> str | None:

@@ -24,7 +24,7 @@ from dpsql.analysis.check import AggregateCall, AggregateKind
 from dpsql.dp.confidence import fiducial_interval, gaussian_sum_half_width, laplace_sum_half_width
 from dpsql.dp.fixedpoint import FixedPoint, fixed_point
 from dpsql.dp.mechanisms import GaussianMechanism
-from dpsql.planning.measurements import Measurement, MeasurementKind, MeasurementSpec, Measures, OutputRecipe
+from dpsql.planning.measurements import Measurement, MeasurementKind, MeasurementSpec, Measures, OutputRecipe, Pair
 
 LEVEL = 0.95
 
@@ -151,6 +151,9 @@ class Aggregate(ABC):
     # Whether the planner compares two ways of measuring it, plain (one uncentered sum) or centered (a centered
     # sum and a count), and keeps the one with the smaller expected error.
     measured_two_ways: bool = False
+    # Whether it can be computed from its bounded argument's pair of complementary sums (measurements.Pair); the
+    # planner compares measuring the argument so with the other ways.
+    pairable: bool = False
 
     @abstractmethod
     def recipe(self, call: AggregateCall, max_rows: int, measures: Measures, plain: bool) -> OutputRecipe:
@@ -211,6 +214,20 @@ def counted_rows(call: AggregateCall) -> MeasurementSpec:
     """The count an output over `call`'s argument divides by or adds: the rows where the argument is not NULL
     (all rows when it never is, so that COUNT(*) and AVG(x) share one count)."""
     return MeasurementSpec(MeasurementKind.ROWS, call.argument if call.nullable else None)
+
+
+def counting_pair(call: AggregateCall, measures: Measures) -> tuple[Pair, bool] | None:
+    """The pair whose sums count the rows `counted_rows(call)` counts, and whether its NULL rows must be added: the
+    argument's own pair for the rows where it is not NULL; for all rows, a pair of an argument that is never NULL,
+    else the pair of split_by with its NULL rows. None when the plan measures no such pair."""
+    if call.argument is not None and call.nullable:
+        pair = measures.pair(call.argument)
+        return (pair, False) if pair is not None else None
+    whole = next((p for p in measures.pairs if not p.nullable), None)
+    if whole is not None:
+        return whole, False
+    split = measures.pair(measures.split_by) if measures.split_by is not None else None
+    return (split, True) if split is not None else None
 
 
 @dataclass(frozen=True)
