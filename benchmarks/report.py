@@ -196,7 +196,8 @@ class Summary:
 
     def _cost_section(self) -> list[str]:
         rows = []
-        how = {DPSQL: "ε for the query, split across its measurements (count and midpoint-normalised sums shared)",
+        how = {DPSQL: "ε for the query, split across its measurements (shared by the aggregates: a pair of sums of "
+                      "x − lo and hi − x, or a count and midpoint-normalised sums)",
                "smartnoise": "ε / k, k = epsilons its odometer (get_privacy_cost) charges per query at ε = 1",
                "opendp": "ε as the query's privacy_loss (split over its aggregates); cost = the measurement's map",
                "tumult": "ε / k over its k one-aggregate queries (AVG = SUM/COUNT, STDDEV = √VAR); cost = the sum of "

@@ -101,12 +101,12 @@ def _zcdp_guarantee(query_plan: QueryPlan) -> list[str]:
     if query_plan.budget.mechanism is MechanismKind.GAUSSIAN:
         lines.append(f"On its own: {rho:g}-zCDP{selection}; Gaussian noise has no pure-DP guarantee.")
         return lines
-    # Measurements of disjoint rows spend their budget item's share once (parallel composition).
+    # Measurements of one budget item (disjoint counts, a pair) spend its share once.
     epsilons = list({m.spec.budget_item: float(m.mechanism.epsilon) for m in query_plan.measurements
                      if m.sensitivity}.values())
     lines.append(f"On its own: epsilon {number(sum(epsilons))} pure DP{selection}: the sum over its {len(epsilons)} "
-                 "Laplace measurement(s) of sqrt(2 rho_j), more than sqrt(2 rho) when there are several (counts of "
-                 "disjoint rows are one measurement here).")
+                 "Laplace measurement(s) of sqrt(2 rho_j), more than sqrt(2 rho) when there are several (measurements "
+                 "that share a share, disjoint counts or a pair's sums, are one here).")
     return lines
 
 
