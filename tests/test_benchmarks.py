@@ -14,9 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from benchmarks.peers_env import PEERS
+from benchmarks.stats import _median_ci, _order_coverage
 
 ROOT = Path(__file__).resolve().parent.parent
 LEVEL = 0.95
@@ -101,3 +103,14 @@ def test_the_quantile_benchmark_runs_and_writes_its_tables(tmp_path: Path) -> No
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert float(cells[3]) >= 0 and float(cells[4]) >= 0 and cells[5].endswith("%")
     assert "| 100,000 | MEDIAN(x) |" in text
+
+
+def test_the_median_interval_covers_95_percent_exactly_or_says_nothing() -> None:
+    """The order statistics chosen are the narrowest symmetric pair whose exact binomial coverage of the median is
+    >= 95% (one pair narrower is below it); with fewer than 6 values none is, and the interval is [0, inf]."""
+    for n in (3, 5):
+        assert _median_ci(np.arange(n, dtype=float)) == (0.0, math.inf)
+    for n in (6, 20, 100, 200):
+        low, high = _median_ci(np.arange(n, dtype=float))
+        j = int(low) + 1  # 1-based order statistic
+        assert high == n - j and _order_coverage(n, j) >= 0.95 > _order_coverage(n, j + 1)
