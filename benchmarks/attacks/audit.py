@@ -33,6 +33,7 @@ from benchmarks.attacks.script import options, scratch
 from benchmarks.attacks.stats import same_distribution_pvalue, zcdp_epsilon
 from benchmarks.support import DEFAULT_BUDGET, GAUSSIAN, Budget, Table, column, open_session, seeded, write_dataset
 from dpsql.dp.mechanisms import GaussianMechanism, LaplaceMechanism
+from dpsql.planning.measurements import Measurement, MeasurementKind
 from dpsql.planning.plan import QueryPlan
 
 EPSILON = 1.0  # of every audited query
@@ -54,7 +55,7 @@ LARGE = _population(60, MAX_ROWS, 1, spread=True)  # group "a" passes partition 
 SMALL = _population(4, 2, 2, spread=False)  # few rows, all at -5: one unit moves AVG and VAR a lot
 
 
-def _unit(rows: int, x: float, groups: Sequence[str] = ("a",)) -> list[tuple[Any, ...]]:
+def _unit(rows: int, x: float | None, groups: Sequence[str] = ("a",)) -> list[tuple[Any, ...]]:
     """The added unit: more rows than the bound keeps, each value far outside the clamp bounds."""
     return [(0, groups[i % len(groups)], x) for i in range(rows)]
 
@@ -66,11 +67,18 @@ class Case:
     base: list[tuple[Any, ...]]
     extra: list[tuple[Any, ...]]
     keys: tuple[tuple[Any, ...], ...] = ((),)  # the groups whose values (or absence) are the features
+    # Further features, each the difference of two features (i, j): post-processing of the release, so the claim
+    # holds for them too; an event on one output alone misses a leak in a combination (COUNT(*) - COUNT(x)).
+    differences: tuple[tuple[int, int], ...] = ()
 
     def features(self, runs: list[Release], aggregates: int) -> np.ndarray:
-        """One row per release: each key's aggregate values in order, NaN where the group was not released."""
+        """One row per release: each key's aggregate values in order, NaN where the group was not released, then
+        the differences."""
         absent = np.full(aggregates, np.nan)
-        return np.array([np.concatenate([run.get(key, absent) for key in self.keys]) for run in runs], dtype=float)
+        values = np.array([np.concatenate([run.get(key, absent) for key in self.keys]) for run in runs], dtype=float)
+        if not self.differences:
+            return values
+        return np.column_stack([values, *[values[:, i] - values[:, j] for i, j in self.differences]])
 
 
 CASES = (
@@ -81,6 +89,9 @@ CASES = (
     Case("VAR/STDDEV", "SELECT VARIANCE(x), STDDEV(x) FROM audit", SMALL, _unit(10, 1e9)),
     # COUNT, SUM and AVG from one pair of complementary sums (x - lo, hi - x) sharing one share (measurements.Pair)
     Case("COUNT, SUM, AVG (a pair)", "SELECT COUNT(*), SUM(x), AVG(x) FROM audit", SMALL, _unit(10, 1e9)),
+    # The pair's NULL rows (hi - lo each) share its share: a unit of NULL rows moves COUNT(*) - COUNT(x) alone.
+    Case("COUNT(*) - COUNT(x) (a pair, NULL rows)", "SELECT COUNT(*), COUNT(x), AVG(x) FROM audit", SMALL,
+         _unit(10, None), differences=((0, 1),)),
     Case("GROUP BY, partition selection", "SELECT g, COUNT(*) FROM audit GROUP BY g", LARGE,
          _unit(MAX_ROWS, 1e9, ("a", "a", "z")), keys=(("a",), ("z",))),  # 2 rows in "a", 1 in a new group
 )
@@ -192,6 +203,19 @@ def uncapped_rows(neighbours: Neighbours) -> tuple[list, list]:
     return counts[0], counts[1]
 
 
+def nulls_in_rows(plan: QueryPlan) -> QueryPlan:
+    """A deliberately broken pair: its NULL rows' measurement, (COUNT(*) - COUNT(x)) * (hi - lo), calibrated to the
+    rows a unit moves instead of rows times hi - lo (the sensitivity of a plain count of NULL rows)."""
+    def broken(m: Measurement) -> Measurement:
+        if not (m.spec.paired and m.spec.kind is MeasurementKind.NULLS):
+            return m
+        units, mechanism = 2 * m.spec.value_point.bound, m.mechanism
+        if isinstance(mechanism, GaussianMechanism):
+            return replace(m, mechanism=GaussianMechanism(-(-mechanism.sensitivity // units), mechanism.rho))
+        return replace(m, mechanism=LaplaceMechanism(-(-mechanism.sensitivity // units), mechanism.epsilon))
+    return replace(plan, measurements=tuple(broken(m) for m in plan.measurements))
+
+
 def ignore_threshold(plan: QueryPlan) -> QueryPlan:
     """A deliberately broken partition selection: any group with a noisy count of 1 or more is released."""
     return replace(plan, selection=replace(plan.selection, threshold=1))
@@ -201,16 +225,19 @@ BROKEN: dict[str, Callable[[Neighbours], tuple[QueryPlan | None, tuple[list, lis
     "noise scale halved": lambda n: (halve_noise(n.plan), None),
     "rows per unit uncapped": lambda n: (None, uncapped_rows(n)),
     "selection threshold 1": lambda n: (ignore_threshold(n.plan), None),
+    "pair's NULL rows in rows": lambda n: (nulls_in_rows(n.plan), None),
 }
 
 
-def broken_variants(case: Case) -> list[str]:
+def broken_variants(case: Case, plan: QueryPlan) -> list[str]:
     """The ways of breaking dpsql that this case can witness."""
     variants = ["noise scale halved"]
     if case.sql == "SELECT COUNT(*) FROM audit":
         variants.append("rows per unit uncapped")
     if "GROUP BY" in case.sql:
         variants.append("selection threshold 1")
+    if any(m.spec.paired and m.spec.kind is MeasurementKind.NULLS for m in plan.measurements):
+        variants.append("pair's NULL rows in rows")
     return variants
 
 
@@ -255,7 +282,7 @@ def main() -> None:
             with scratch() as folder:
                 neighbours = load(folder, case, mechanism, args.seed)
                 print(audit(neighbours, args.draws, args.seed).line(), flush=True)
-                for name in broken_variants(case):
+                for name in broken_variants(case, neighbours.plan):
                     plan, rows = BROKEN[name](neighbours)
                     print(audit(neighbours, args.draws, args.seed + 1, name, plan, rows).line(), flush=True)
 

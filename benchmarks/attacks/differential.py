@@ -234,6 +234,16 @@ class Grammar:
         return f"SELECT g, COUNT(*) FROM f WHERE {both.sql} GROUP BY g", both
 
 
+    def pair_query(self) -> tuple[str, Expression]:
+        """COUNT, SUM and AVG of one generated numeric argument, which the planner measures as a pair of
+        complementary sums (planning/measurements.Pair; its NULL rows beside it when COUNT(*) needs them)."""
+        e = self.of(self.pick(("int", "float")))
+        if self.r.random() < 0.3:
+            e = self._combine(f"CASE WHEN {{}} THEN {e.sql} END", self.of("bool"))
+        by = self.r.random() < 0.5
+        return (f"SELECT {'g, ' if by else ''}COUNT(*), COUNT({e.sql}), SUM({e.sql}), AVG({e.sql}) FROM f"
+                f"{' GROUP BY g' if by else ''}"), e
+
     def nested_query(self) -> tuple[str, Expression]:
         """A query of the SQL of issue 9 and the normaliser (per-unit aggregation, CTEs, row-level subqueries, the
         unit semi-join, EXISTS, FILTER, GROUP BY ALL, a per-unit subquery joined back) with the row expression under
@@ -388,12 +398,14 @@ def _timed(session: PrivateSession, prepared: PreparedQuery, repeats: int = 3) -
     return statistics.median(times)
 
 
-def fuzz(worlds: Worlds, n: int, seed: int, timed: bool = False, nested: bool = False) -> Summary:
-    """`nested`: the query forms of Grammar.nested_query (subqueries, CTEs, per-unit aggregation, semi-joins)."""
+def fuzz(worlds: Worlds, n: int, seed: int, timed: bool = False, nested: bool = False,
+         paired: bool = False) -> Summary:
+    """`nested`: the query forms of Grammar.nested_query (subqueries, CTEs, per-unit aggregation, semi-joins);
+    `paired`: Grammar.pair_query's (COUNT, SUM and AVG of one argument, from a pair)."""
     grammar = Grammar(random.Random(seed))
     summary = Summary()
     for _ in range(n):
-        sql, expression = grammar.nested_query() if nested else grammar.query()
+        sql, expression = grammar.nested_query() if nested else grammar.pair_query() if paired else grammar.query()
         run_case(worlds, sql, expression, summary, timed)
     return summary
 

@@ -21,6 +21,8 @@ CAUGHT = [
     *[(kind, mechanism, "noise scale halved") for kind in ("COUNT(*)", "COUNT(DISTINCT unit)", "SUM", "AVG",
                                                             "COUNT, SUM, AVG (a pair)") for mechanism in MECHANISMS],
     ("COUNT(*)", "laplace", "rows per unit uncapped"),
+    # The pair's NULL rows calibrated as rows: only COUNT(*) - COUNT(x) shows it (the pair case has no NULL row)
+    *[("COUNT(*) - COUNT(x) (a pair, NULL rows)", mechanism, "pair's NULL rows in rows") for mechanism in MECHANISMS],
     *[("GROUP BY, partition selection", mechanism, "selection threshold 1") for mechanism in MECHANISMS],
 ]
 

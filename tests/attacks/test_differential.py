@@ -46,3 +46,11 @@ def test_one_row_handles_at_most_the_checkers_static_row_cost(summary: Summary, 
 @pytest.mark.parametrize("case", CASES, ids=[case.sql for case in CASES])
 def test_an_expression_found_to_fail_on_one_row_is_refused_or_harmless(worlds, case) -> None:
     assert outcome(worlds, case.sql, case.theme) in ("refused", "answered"), case.reason
+
+
+def test_no_accepted_pair_query_fails_on_any_row(worlds) -> None:
+    """COUNT(*), COUNT(e), SUM(e) and AVG(e) of one generated argument, measured as a pair of complementary sums
+    (with its NULL rows): no adversarial row makes one fail after acceptance."""
+    paired = fuzz(worlds, 150, SEED + 3, paired=True)
+    assert paired.accepted >= 40, "\n".join(paired.lines())
+    assert not paired.findings, "\n".join(paired.lines())
