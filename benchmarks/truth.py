@@ -31,8 +31,9 @@ def group_label(key: object) -> str:
 
 
 def noiseless(plan: QueryPlan) -> QueryPlan:
-    """The same plan with mechanisms that add nothing: its release is the exact bounded answer."""
-    quiet = tuple(replace(m, mechanism=LaplaceMechanism(0, m.mechanism.epsilon)) for m in plan.measurements)
+    """The same plan with mechanisms that add nothing: its release is the exact bounded answer. A zero-sensitivity
+    Laplace mechanism adds exactly 0 whatever its epsilon, and stands in for a Gaussian one as well."""
+    quiet = tuple(replace(m, mechanism=LaplaceMechanism(0, 1.0)) for m in plan.measurements)
     return replace(plan, measurements=quiet)
 
 

@@ -29,12 +29,12 @@ from benchmarks.support import (
     write_dataset,
     write_policy,
 )
+from benchmarks.truth import bounded_truth
 from dpsql.analysis.check import check
 from dpsql.engines.duckdb_engine import DuckDBEngine
 from dpsql.errors import QueryRejected
 from dpsql.planning.aggregates import VOCABULARY, aggregate
 from dpsql.planning.aggregates.average import Average
-from dpsql.planning.aggregates.base import NoisyCells
 from dpsql.planning.aggregates.total import Sum
 from dpsql.planning.measurements import MeasurementKind
 from dpsql.planning.plan import Budget as PlanBudget
@@ -70,11 +70,9 @@ def _prepared(tmp_path: Path, sql: str, budget: Budget = DEFAULT_BUDGET, epsilon
 
 
 def _exact_outputs(plan: QueryPlan, rows: list[tuple]) -> np.ndarray:
-    """Each output computed from the measurements without noise: groups x outputs, groups in key order."""
-    k = len(plan.query.keys)
-    exact = np.array([[int(v or 0) for v in row[k:]] for row in sorted(rows, key=lambda r: r[:k])], dtype=object)
-    cells = NoisyCells(plan.measurements, exact)
-    return np.array([aggregate(r.call).estimate(r, cells).value for r in plan.recipes], dtype=float).T
+    """Each output computed from the measurements without noise (the benchmarks' bounded truth: dpsql's release with
+    mechanisms that add nothing): groups x outputs, groups in the order of their declared values."""
+    return bounded_truth(plan, rows, seeded(0)).values.astype(float)
 
 
 @pytest.mark.parametrize("case", QUERIES)

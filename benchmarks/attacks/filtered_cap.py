@@ -16,20 +16,17 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from sqlglot import exp
 
 from benchmarks.attacks.differential import ADVERSARIAL_ROWS, Expression, Grammar
 from benchmarks.attacks.script import options, scratch
-from benchmarks.support import Budget, Table, column, open_session, write_dataset
+from benchmarks.support import Budget, Table, column, open_session, seeded, write_dataset
+from benchmarks.truth import bounded_truth
 from dpsql.errors import Error
-from dpsql.planning.aggregates import aggregate
-from dpsql.planning.aggregates.base import NoisyCells
 from dpsql.planning.plan import QueryPlan
 from dpsql.rewrite import passes
 from dpsql.session import PreparedQuery, PrivateSession
@@ -265,12 +262,10 @@ def kept_content(session: PrivateSession, mine: str) -> dict[int, list[str]]:
     return {unit: sorted(texts) for unit, texts in kept.items()}
 
 
-def _first_output(plan: QueryPlan, measured: Sequence[Any]) -> int:
-    """The query's first output, COUNT(*), computed without noise from the exact measurements by its recipe (a count
-    of its own, or a pair's sums divided by hi - lo)."""
-    recipe = plan.recipes[0]
-    cells = NoisyCells(plan.measurements, np.array([[v or 0 for v in measured]], dtype=object))
-    return round(float(aggregate(recipe.call).estimate(recipe, cells).value[0]))
+def _first_output(plan: QueryPlan, measured: list[tuple[Any, ...]]) -> int:
+    """The query's first output, COUNT(*), from the exact measurements by its recipe (a count of its own, or a
+    pair's sums over hi - lo): the bounded truth, dpsql's release without noise."""
+    return round(float(bounded_truth(plan, measured, seeded(0)).values[0, 0]))
 
 
 def run_case(sessions: dict[str, PrivateSession], sql: str, summary: Summary) -> None:
@@ -300,9 +295,8 @@ def run_case(sessions: dict[str, PrivateSession], sql: str, summary: Summary) ->
             extra, missing = sorted(set(got) - set(want)), sorted(set(want) - set(got))
             summary.mismatches.append(Mismatch(sql, world, f"kept {len(got)} rows, reference {len(want)}; extra "
                                                            f"{extra[:4]}, missing {missing[:4]}"))
-        elif sql.startswith("SELECT COUNT(*)") and _first_output(plan, exact[0]) != len(want):
-            summary.mismatches.append(Mismatch(sql, world, f"COUNT(*) measured {_first_output(plan, exact[0])}, "
-                                                           f"reference {len(want)}"))
+        elif sql.startswith("SELECT COUNT(*)") and (counted := _first_output(plan, exact)) != len(want):
+            summary.mismatches.append(Mismatch(sql, world, f"COUNT(*) measured {counted}, reference {len(want)}"))
         elif sql.startswith("SELECT MEDIAN(x)"):  # the bucket query's rows: the kept rows with a value of x
             histogram = sum((exact[0][0] or {}).values())
             valued = session.engine.run(f"SELECT COUNT(*) FROM __dp_f AS r JOIN ({reference}) AS k ON "
