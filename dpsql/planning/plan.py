@@ -19,7 +19,7 @@ from fractions import Fraction
 
 from sqlglot import exp
 
-from dpsql.analysis.check import COUNT, CheckedQuery
+from dpsql.analysis.check import COUNT, AggregateCall, CheckedQuery
 from dpsql.dp.allocation import objective, split
 from dpsql.dp.fixedpoint import fixed_point
 from dpsql.dp.mechanisms import GaussianMechanism, LaplaceMechanism, Mechanism, smallest
@@ -227,29 +227,30 @@ def _candidates(query: CheckedQuery, m: int,
     complementary sums or not; each SUM not from a pair plain, or centered with a count; COUNT(*) as a count of its
     own, or as the sum of the counts of rows where a nullable argument is NULL and where it is not. The ways without
     pairs come first: the first of equals wins."""
-    pairable = list(dict.fromkeys(c.argument for c in query.aggregates if aggregate(c).pairable))
-    subsets = [combination for size in range(len(pairable) + 1)
-               for combination in itertools.combinations(pairable, size)] if len(pairable) <= _MAX_PAIRED else \
-        [(), tuple(pairable)]
+    first_calls: dict[exp.Expression, AggregateCall] = {}  # a pair's grid and nullability: from any call reading it
+    for call in query.aggregates:
+        if aggregate(call).pairable:
+            first_calls.setdefault(call.argument, call)
+    pairs = [Pair(c.argument, fixed_point(c.interval), c.nullable) for c in first_calls.values()]
+    subsets = [combination for size in range(len(pairs) + 1) for combination in itertools.combinations(pairs, size)] \
+        if len(pairs) <= _MAX_PAIRED else [(), tuple(pairs)]
+    ways = [(paired, _plain_choices(query, paired)) for paired in subsets]  # the same for every split
     for split_by in _split_choices(query, needs_selection):
-        for paired in subsets:
-            pairs = tuple(_pair(query, argument) for argument in paired)
-            sums = sorted({c.key for c in query.aggregates if aggregate(c).measured_two_ways and
-                           c.argument not in paired})
-            choices = list(itertools.product((False, True), repeat=len(sums))) if len(sums) <= 6 else \
-                [tuple([False] * len(sums)), tuple([True] * len(sums))]
-            for choice in choices:
-                plain_sums = {key for key, plain in zip(sums, choice, strict=True) if plain}
-                yield _measure(query, m, needs_selection, plain_sums, split_by, pairs)
+        for paired, plain_choices in ways:
+            for plain_sums in plain_choices:
+                yield _measure(query, m, needs_selection, plain_sums, split_by, paired)
 
 
 _MAX_PAIRED = 3  # arguments tried as pairs one by one; beyond, all or none
 
 
-def _pair(query: CheckedQuery, argument: exp.Expression) -> Pair:
-    """The pair of an argument of SUM or AVG: its grid and whether it can be NULL, from any call reading it."""
-    call = next(c for c in query.aggregates if aggregate(c).pairable and c.argument == argument)
-    return Pair(argument, fixed_point(call.interval), call.nullable)
+def _plain_choices(query: CheckedQuery, paired: tuple[Pair, ...]) -> list[set]:
+    """Which of the SUMs not computed from a pair are measured plain: every combination (all or none beyond 6)."""
+    arguments = [p.argument for p in paired]
+    sums = sorted({c.key for c in query.aggregates if aggregate(c).measured_two_ways and c.argument not in arguments})
+    choices = list(itertools.product((False, True), repeat=len(sums))) if len(sums) <= 6 else \
+        [tuple([False] * len(sums)), tuple([True] * len(sums))]
+    return [{key for key, plain in zip(sums, choice, strict=True) if plain} for choice in choices]
 
 
 _MAX_SPLITS = 3  # nullable arguments tried as the split of COUNT(*), in the order the query names them

@@ -56,10 +56,9 @@ class Average(Aggregate):
         interval = recipe.point.interval
         if recipe.pair is not None:
             above, below = recipe.pair
-            width = recipe.point.width
             spread = SUMMED_NOISE.spread(((0.5, above), (-0.5, below)), measurements)[0]  # the centered sum's
             return (f"{number(recipe.point.center_value)} + (m{above} - m{below}) / 2 / ((m{above} + m{below}) / "
-                    f"{number(width)}), clamped to [{number(interval.lo)}, {number(interval.hi)}]",
+                    f"{number(recipe.point.width)}), clamped to [{number(interval.lo)}, {number(interval.hi)}]",
                     f"about +/-{number(spread)} / count")
         total = measurements[recipe.total]
         width = total.mechanism.half_width(LEVEL) * float(total.spec.step)
@@ -76,11 +75,10 @@ def _average(recipe: OutputRecipe) -> Callable[[np.ndarray, np.ndarray], np.ndar
 
 
 def _average_of_pair(recipe: OutputRecipe) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
-    """AVG from the pair: the centered sum (ABOVE - BELOW) / 2 over the count (ABOVE + BELOW) / (hi - lo)."""
-    center, lower, upper = recipe.point.center_value, recipe.point.interval.lo, recipe.point.interval.hi
-    width = recipe.point.width
+    """AVG from the pair: `_average` of the count (ABOVE + BELOW) / (hi - lo) and the centered sum
+    (ABOVE - BELOW) / 2."""
+    average, width = _average(recipe), recipe.point.width
 
     def output(above: np.ndarray, below: np.ndarray) -> np.ndarray:
-        count = (above + below) / width
-        return np.clip(center + (above - below) / 2 / np.maximum(count, 1.0), lower, upper)
+        return average((above + below) / width, (above - below) / 2)
     return output

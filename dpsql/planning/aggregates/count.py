@@ -70,10 +70,8 @@ class Count(LinearAggregate):
         return Estimate(value, np.minimum(value, np.ceil(low)), np.maximum(value, np.floor(high)), std)
 
     def formula(self, recipe: OutputRecipe, measurements: Sequence[Measurement]) -> tuple[str, str]:
-        if recipe.linear:
-            parts = " + ".join(f"m{i}" for _, i in recipe.linear)
-            value = f"({parts}) / {number(1 / recipe.linear[0][0])}"
-        else:
-            value = " + ".join(f"m{i}" for _, i in self.terms(recipe))
-        whole = " (its whole numbers)" if recipe.linear else ""
+        value = " + ".join(f"m{i}" for _, i in self.terms(recipe))
+        whole = ""
+        if recipe.linear:  # a pair's sums over hi - lo, with an interval of fractional ends
+            value, whole = f"({value}) / {number(1 / recipe.linear[0][0])}", " (its whole numbers)"
         return f"{value}, at least 0, rounded", f"+/-{number(self.width(recipe, measurements))}{whole}"
