@@ -120,20 +120,21 @@ def _rank_error(values: list[float], target: str, answer: float) -> float:
     return max(0.0, below - rank, rank - at_most)
 
 
-def run_dpsql(column: Column, epsilons: tuple[float, ...], runs: int,
-              targets: tuple[str, ...]) -> dict[str, list[tuple[float, float, float]]]:
-    """(value, low, high) per run, keyed 'target|epsilon'."""
+def run_dpsql(column: Column, epsilons: tuple[float, ...], runs: int, targets: tuple[str, ...],
+              intervals: bool) -> dict[str, list[tuple[float, float, float]]]:
+    """(value, low, high) per run, keyed 'target|epsilon'; without intervals the value has the whole epsilon and
+    the ends are NaN."""
     from benchmarks.support import seeded
     from dpsql.release.cells import release
     from dpsql.session import PrivateSession
     answers: dict[str, list[tuple[float, float, float]]] = {}
-    session = PrivateSession(column.policy, "bench", create_ledger=True)
+    session = PrivateSession(column.policy, "bench", create_ledger=True, quantile_intervals=intervals)
     try:
         for target in targets:
             for epsilon in epsilons:
                 prepared = session.prepare(_sql(column, target), epsilon=epsilon)
                 rows = session.measure(prepared)
-                rng = seeded(zlib.crc32(f"{column.name}|{target}|{epsilon}".encode()))
+                rng = seeded(zlib.crc32(f"{column.name}|{target}|{epsilon}|{intervals}".encode()))
                 cells = [release(prepared.plan, rows, rng) for _ in range(runs)]
                 answers[f"{target}|{epsilon}"] = [(float(c.values[0, 0]), float(c.lows[0, 0]),
                                                    float(c.highs[0, 0])) for c in cells]
@@ -218,51 +219,93 @@ def run_peer(peer: str, column: Column, epsilons: tuple[float, ...], runs: int, 
     return json.loads(Path(job["result"]).read_text())
 
 
-def _stats(values: list[float], target: str, answers: list[float]) -> tuple[float, float]:
-    """Median value error and median rank error."""
-    truth = _truth(values, target)
-    return (statistics.median(abs(a - truth) for a in answers),
-            statistics.median(_rank_error(values, target, a) for a in answers))
+@dataclass(frozen=True)
+class Errors:
+    """One system's errors on one cell: the medians over its runs and their 95% order-statistic intervals."""
+
+    value: float
+    value_ci: tuple[float, float]
+    rank: float
+    rank_ci: tuple[float, float]
+
+    @classmethod
+    def of(cls, values: list[float], target: str, answers: list[float]) -> Errors:
+        import numpy as np
+
+        from benchmarks.stats import median_ci
+        truth = _truth(values, target)
+        value = np.array([abs(a - truth) for a in answers], dtype=float)
+        rank = np.array([_rank_error(values, target, a) for a in answers], dtype=float)
+        return cls(float(np.median(value)), median_ci(value), float(np.median(rank)), median_ci(rank))
+
+
+def _compare(ours: Errors, theirs: Errors) -> tuple[str, str]:
+    """'worse' / 'better' when the medians' 95% intervals do not overlap (value, rank), else '='."""
+    def verdict(mine: tuple[float, float], other: tuple[float, float]) -> str:
+        return "worse" if mine[0] > other[1] else "better" if mine[1] < other[0] else "="
+    return verdict(ours.value_ci, theirs.value_ci), verdict(ours.rank_ci, theirs.rank_ci)
 
 
 def accuracy(runs: int, peer_runs: int, epsilons: tuple[float, ...], peers: tuple[str, ...],
              targets: tuple[str, ...]) -> list[str]:
-    lines = ["| data | target | epsilon | dpsql value err | dpsql rank err | coverage | "
+    """The table: dpsql's value alone (all of epsilon, as the peers) against each peer, with the verdicts of the
+    medians' intervals; then dpsql with its 95% interval (a quarter of epsilon on it): value error, coverage and
+    the interval's median width."""
+    lines = ["| data | target | epsilon | dpsql value err | dpsql rank err | "
              + " | ".join(f"{p} value err | {p} rank err" for p in peers)
-             + " | dpsql / best peer (value) | dpsql / best peer (rank) |",
-             "|---|---|---|---|---|---|" + "---|---|" * len(peers) + "---|---|"]
-    skipped = []
+             + " | dpsql / best peer (value) | dpsql / best peer (rank) | significantly (value; rank) | "
+               "with interval: value err | coverage | width |",
+             "|---|---|---|---|---|" + "---|---|" * len(peers) + "---|---|---|---|---|---|"]
+    skipped: list[str] = []
+    tally = {"value": {"worse": 0, "better": 0, "=": 0}, "rank": {"worse": 0, "better": 0, "=": 0}}
+    covers: list[float] = []
     for original in COLUMNS:
         with tempfile.TemporaryDirectory() as scratch:
             column = _capped(original, Path(scratch))
             values = _values(column)
-            ours = run_dpsql(column, epsilons, runs, targets)
+            alone = run_dpsql(column, epsilons, runs, targets, intervals=False)
+            with_interval = run_dpsql(column, epsilons, runs, targets, intervals=True)
             theirs = {peer: run_peer(peer, column, epsilons, peer_runs if peer == "tumult" else runs, values,
                                      Path(scratch), targets) for peer in peers}
-        for peer, found in theirs.items():
-            if isinstance(found, str):
-                skipped.append(f"{peer} on {column.name}: {found}")
+        skipped += [f"{peer} on {column.name}: {found}" for peer, found in theirs.items() if isinstance(found, str)]
         for target in targets:
             truth = _truth(values, target)
             for epsilon in epsilons:
                 key = f"{target}|{epsilon}"
-                answers = ours[key]
-                value_error, rank_error = _stats(values, target, [a[0] for a in answers])
-                covered = sum(low <= truth <= high for _, low, high in answers) / len(answers)
-                cells, best = [], [math.inf, math.inf]
+                ours = Errors.of(values, target, [a[0] for a in alone[key]])
+                cells, verdicts, best = [], [], [math.inf, math.inf]
                 for peer in peers:
                     found = theirs[peer]
                     if isinstance(found, str):
                         cells.append("skipped | skipped")
                         continue
-                    peer_value, peer_rank = _stats(values, target, found[key])
-                    best = [min(best[0], peer_value), min(best[1], peer_rank)]
-                    cells.append(f"{peer_value:.4g} | {peer_rank:.4g}")
+                    other = Errors.of(values, target, found[key])
+                    best = [min(best[0], other.value), min(best[1], other.rank)]
+                    cells.append(f"{other.value:.4g} | {other.rank:.4g}")
+                    value_verdict, rank_verdict = _compare(ours, other)
+                    tally["value"][value_verdict] += 1
+                    tally["rank"][rank_verdict] += 1
+                    if (value_verdict, rank_verdict) != ("=", "="):
+                        verdicts.append(f"{peer}: {value_verdict}; {rank_verdict}")
                 ratios = [f"{mine / other:.2f}" if math.isfinite(other) and other > 0 else "-"
-                          for mine, other in ((value_error, best[0]), (rank_error, best[1]))]
-                lines.append(f"| {column.name} (n {len(values)}) | {target} | {epsilon:g} | {value_error:.4g} | "
-                             f"{rank_error:.4g} | {covered:.1%} | {' | '.join(cells)} | {' | '.join(ratios)} |")
-    return lines + [""] + [f"Skipped: {reason}" for reason in skipped]
+                          for mine, other in ((ours.value, best[0]), (ours.rank, best[1]))]
+                answers = with_interval[key]
+                covered = sum(low <= truth <= high for _, low, high in answers) / len(answers)
+                covers.append(covered)
+                paid = Errors.of(values, target, [a[0] for a in answers])
+                width = statistics.median(high - low for _, low, high in answers)
+                lines.append(f"| {column.name} (n {len(values)}) | {target} | {epsilon:g} | {ours.value:.4g} | "
+                             f"{ours.rank:.4g} | {''.join(c + ' | ' for c in cells)}{' | '.join(ratios)} | "
+                             f"{', '.join(verdicts) or '='} | {paid.value:.4g} | {covered:.1%} | {width:.4g} |")
+    summary = [f"Against each peer, cell by cell ({sum(tally['value'].values())} comparisons; 'worse' when dpsql's "
+               "median error's 95% interval lies wholly above the peer's): value error worse "
+               f"{tally['value']['worse']}, better {tally['value']['better']}, indistinguishable "
+               f"{tally['value']['=']}; rank error worse {tally['rank']['worse']}, better {tally['rank']['better']}, "
+               f"indistinguishable {tally['rank']['=']}."]
+    if covers:
+        summary.append(f"Coverage of dpsql's 95% intervals: {statistics.mean(covers):.1%} pooled, "
+                       f"{min(covers):.1%} to {max(covers):.1%} per cell.")
+    return lines + [""] + summary + [f"Skipped: {reason}" for reason in skipped]
 
 
 def speed(rows: int) -> list[str]:

@@ -91,7 +91,7 @@ def _p95(errors: np.ndarray) -> float:
     return float(np.quantile(errors, 0.95, method="higher"))
 
 
-def _median_ci(errors: np.ndarray) -> tuple[float, float]:
+def median_ci(errors: np.ndarray) -> tuple[float, float]:
     """A confidence interval of the median of at least 95%: the order statistics X_(j) and X_(n+1-j) (1-based) with
     the largest j whose exact coverage, P(j <= B < n+1-j) for B ~ Binomial(n, 1/2), is at least 95%. Below 6 values
     no pair of order statistics covers the median that often (3 values: min and max cover 75%): the interval is
@@ -139,7 +139,7 @@ def cell_stats(observations: Iterable[Observation], truths: Sequence[Truth],
             std = float(np.median([o.std for o in rows]))
             theory_median = LAPLACE_MEDIAN_PER_STD * std / abs(truth.bounded)
             theory_p95 = LAPLACE_P95_PER_STD * std / abs(truth.bounded)
-        ci_low, ci_high = _median_ci(errors)
+        ci_low, ci_high = median_ci(errors)
         stats.append(CellStat(
             dataset, query_name, aggregate, rows[0].kind, group, size_class(truth.fraction), query.grouped,
             query.basic, truth.fraction, system, epsilon, len(rows), truth.bounded, truth.raw,

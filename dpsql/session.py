@@ -73,10 +73,15 @@ class PrivateSession:
     def __init__(self, policy: Policy | str | Path, analyst: str | None = None, *,
                  epsilon: float | None = None, rng: RandomSource | None = None,
                  bounding_seed: int | None = None, threads: int | None = None, create_ledger: bool = False,
-                 engine: Engine | None = None, answers: AnswerStore | None = None) -> None:
+                 engine: Engine | None = None, answers: AnswerStore | None = None,
+                 quantile_intervals: bool = True) -> None:
         self.policy = policy if isinstance(policy, Policy) else load_policy(policy)
         self.analyst = analyst or _default_analyst()
         self.default_epsilon = epsilon
+        # Whether a quantile (MEDIAN, QUANTILE_CONT, MIN, MAX) spends a quarter of its epsilon on its 95% interval
+        # (dp/quantile_interval.py) or all of it on the value, its cell then without an interval. The default for
+        # each query; a query may say otherwise (the CLI measures one when --ci shows it).
+        self.quantile_intervals = quantile_intervals
         self.rng = rng if rng is not None else SecureRandom()
         self.ledger = BudgetLedger(self.policy.budget.ledger, self.policy.budget, create=create_ledger)
         # A server shares one loaded engine between its analysts' sessions (the engine locks itself); the session
@@ -92,7 +97,8 @@ class PrivateSession:
         self._public: dict[tuple, str | None] = {}
 
     def prepare(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None, *,
-                epsilon: float | None = None, accuracy: float | None = None) -> PreparedQuery:
+                epsilon: float | None = None, accuracy: float | None = None,
+                quantile_intervals: bool | None = None) -> PreparedQuery:
         """Everything short of touching the data: costs nothing.
 
         A pure function of the SQL, the parameters, the budget and the (fixed) policy and schema, so it is
@@ -102,7 +108,7 @@ class PrivateSession:
         """
         if accuracy is not None and epsilon is not None:
             raise ProgrammingError("ask with an epsilon or with an accuracy, not both")
-        budget = self._budget(epsilon)
+        budget = self._budget(epsilon, quantile_intervals)
         key = (sql, repr(parameters), budget, accuracy)
         prepared = self._prepared.get(key)
         if prepared is None:
@@ -130,15 +136,18 @@ class PrivateSession:
         return self.post.run(query_plan.query, key_types, release_no_groups(query_plan)).types
 
     def execute(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None, *,
-                epsilon: float | None = None, accuracy: float | None = None) -> PrivateResult:
+                epsilon: float | None = None, accuracy: float | None = None,
+                quantile_intervals: bool | None = None) -> PrivateResult:
         public = self._public_sql(sql, parameters)
         if public is not None:
             return self._public_answer(public)
-        prepared = self.prepare(sql, parameters, epsilon=epsilon, accuracy=accuracy)
+        prepared = self.prepare(sql, parameters, epsilon=epsilon, accuracy=accuracy,
+                                quantile_intervals=quantile_intervals)
         query_plan = prepared.plan
         key = None
         if self.answers is not None:
-            key = answer_key(self.analyst, prepared.canonical, query_plan.budget, self.engine.data_version)
+            key = answer_key(self.analyst, prepared.canonical, query_plan.budget, self.engine.data_version,
+                             query_plan.budget.quantile_intervals)
             stored = self.answers.get(key)
             if stored is not None:
                 return self._result(prepared, stored, Cost(Fraction(0), Fraction(0)),
@@ -195,13 +204,15 @@ class PrivateSession:
                              answer.released_groups, cached_at=answer.at or None)
 
     def describe(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None, *,
-                 epsilon: float | None = None, accuracy: float | None = None) -> list[OutputColumn]:
+                 epsilon: float | None = None, accuracy: float | None = None,
+                 quantile_intervals: bool | None = None) -> list[OutputColumn]:
         """The columns a query would release, without the data and without a charge (a wire Describe)."""
         public = self._public_sql(sql, parameters)
         if public is not None:
             names, types = self.engine.describe_public(public)
             return [OutputColumn(name, kind, False) for name, kind in zip(names, types, strict=True)]
-        prepared = self.prepare(sql, parameters, epsilon=epsilon, accuracy=accuracy)
+        prepared = self.prepare(sql, parameters, epsilon=epsilon, accuracy=accuracy,
+                                quantile_intervals=quantile_intervals)
         query = prepared.plan.query
         return [OutputColumn(name, kind, noisy) for name, kind, noisy in
                 zip(query.output_names, prepared.output_types, query.output_noisy, strict=True)]
@@ -236,13 +247,14 @@ class PrivateSession:
         self.post.close()
         self.ledger.close()
 
-    def _budget(self, epsilon: float | None) -> Budget:
+    def _budget(self, epsilon: float | None, quantile_intervals: bool | None = None) -> Budget:
         budget = self.policy.budget
         chosen = epsilon if epsilon is not None else self.default_epsilon
         value = _epsilon(chosen if chosen is not None else budget.query_epsilon)
         if value > exact(budget.epsilon):
             raise ProgrammingError(f"epsilon {float(value):g} is more than the whole budget ({budget.epsilon:g})")
-        return Budget(value, exact(budget.query_delta), budget.accounting, budget.mechanism)
+        intervals = self.quantile_intervals if quantile_intervals is None else quantile_intervals
+        return Budget(value, exact(budget.query_delta), budget.accounting, budget.mechanism, bool(intervals))
 
 
 def build_engine(policy: Policy, *, bounding_seed: int | None = None, threads: int | None = None) -> Engine:

@@ -206,7 +206,7 @@ def utility_tail(epsilon: Fraction, sensitivity: Fraction, candidates: int, leve
     return float(2 * sensitivity / epsilon) * math.log(candidates / float(1 - level))
 
 
-def describe(grid: Grid, score: QuantileScore, epsilon: Fraction) -> str:
+def describe(grid: Grid, score: QuantileScore, epsilon: Fraction, interval_share: Fraction = INTERVAL_SHARE) -> str:
     """What `dpsql explain` should say of a quantile cell: the mechanism, the grid and the expected rank error."""
     tail = utility_tail(epsilon, score.sensitivity, grid.candidates)
     target = {0: "the 0 quantile (MIN)", 1: "the 1 quantile (MAX)"}.get(score.q, f"the {float(score.q):g} quantile")
@@ -214,8 +214,10 @@ def describe(grid: Grid, score: QuantileScore, epsilon: Fraction) -> str:
             f"{float(score.sensitivity):g} rows; "
             f"{grid.candidates} candidates from {float(grid.low):g} to {float(grid.high):g} in steps of "
             f"{float(grid.width):g}; rank error at most {tail:.1f} rows beyond the best candidate's with 95% "
-            f"probability (epsilon {float(epsilon):.4g}); the 95% interval from noisy counts of the rows around "
-            f"the chosen value, with {float(INTERVAL_SHARE):g} of the budget")
+            f"probability (epsilon {float(epsilon):.4g}); "
+            + (f"the 95% interval from noisy counts of the rows around the chosen value, with "
+               f"{float(interval_share):g} of the budget" if interval_share else
+               "no interval (not asked for: the value has the whole budget)"))
 
 
 @dataclass(frozen=True)
@@ -229,8 +231,9 @@ class QuantileRelease:
 
 @dataclass(frozen=True)
 class QuantileMechanism:
-    """What one quantile (or MIN/MAX) measurement gets: report-noisy-max with 1 - INTERVAL_SHARE of its epsilon,
-    noisy region counts for the interval with the rest. Epsilon-DP over all groups together: a unit with c_g of
+    """What one quantile (or MIN/MAX) measurement gets: report-noisy-max with 1 - interval_share of its epsilon,
+    noisy region counts for the interval with the rest (none when the interval is not asked for: then the value
+    gets the whole epsilon and the cell has no interval). Epsilon-DP over all groups together: a unit with c_g of
     its at most m rows in group g moves that group's utilities by c_g max(q, 1 - q), a fraction c_g / m of the
     sensitivity every group is calibrated to, so the groups' losses add up to at most epsilon."""
 
@@ -238,16 +241,19 @@ class QuantileMechanism:
     fraction: Fraction  # q: 0 for MIN, 1 for MAX
     max_rows: int
     epsilon: float  # the measurement's whole share
+    interval_share: Fraction = INTERVAL_SHARE  # 0: no interval, all of epsilon on the value
 
     name = "report-noisy-max"
 
     def __post_init__(self) -> None:
         if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
             raise ValueError("a quantile needs a positive, finite epsilon")
+        if not 0 <= self.interval_share < 1:
+            raise ValueError("a quantile's interval share must be in [0, 1)")
 
     @property
     def point_epsilon(self) -> Fraction:
-        return Fraction(self.epsilon) * (1 - INTERVAL_SHARE)
+        return Fraction(self.epsilon) * (1 - self.interval_share)
 
     @property
     def score(self) -> QuantileScore:
@@ -256,7 +262,7 @@ class QuantileMechanism:
     @property
     def interval_noise(self) -> LaplaceMechanism:
         """Discrete Laplace for the region counts: all regions of all groups move by at most m in L1 together."""
-        return LaplaceMechanism(self.max_rows, float(Fraction(self.epsilon) * INTERVAL_SHARE))
+        return LaplaceMechanism(self.max_rows, float(Fraction(self.epsilon) * self.interval_share))
 
     @property
     def sensitivity(self) -> float:
@@ -278,11 +284,13 @@ class QuantileMechanism:
         return utility_tail(self.point_epsilon, self.score.sensitivity, self.grid.candidates, Fraction(level))
 
     def release(self, counts: Sequence[int], rng: RandomSource) -> QuantileRelease:
-        """One group's value and interval, from its exact bucket counts."""
+        """One group's value and interval (NaN ends when none was asked for), from its exact bucket counts."""
         chosen = release(counts, self.score, self.point_epsilon, rng)
-        ends = interval(counts, chosen, self.fraction, self.interval_noise, rng)
         value = self.grid.estimate(chosen, self.fraction)
+        if not self.interval_share:
+            return QuantileRelease(value, math.nan, math.nan)
+        ends = interval(counts, chosen, self.fraction, self.interval_noise, rng)
         return QuantileRelease(value, self.grid.value(ends.low), self.grid.value(ends.high))
 
     def describe(self) -> str:
-        return describe(self.grid, self.score, self.point_epsilon)
+        return describe(self.grid, self.score, self.point_epsilon, self.interval_share)

@@ -79,6 +79,9 @@ _epsilon_option = click.option("--epsilon", type=EpsilonType(), default=None,
 _accuracy_option = click.option("--accuracy", type=EpsilonType(), default=None,
                                 help="Instead of --epsilon: the largest 95% half-width wanted for every noisy cell "
                                      "(COUNT and SUM); dpsql charges the smallest epsilon that gives it.")
+_ci_option = click.option("--ci", is_flag=True,
+                          help="Show each noisy value's 95% confidence interval. A quantile (MEDIAN, MIN, ...) then "
+                               "spends a quarter of its epsilon on its interval; without --ci its value has all.")
 _param_option = click.option("--param", "-p", "params", multiple=True,
                              help="A query parameter: VALUE for ? placeholders (in order), NAME=VALUE for :name.")
 
@@ -109,7 +112,7 @@ def main() -> None:
 @_accuracy_option
 @_analyst_option
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
-@click.option("--ci", is_flag=True, help="Show each noisy value's 95% confidence interval.")
+@_ci_option
 @_param_option
 @_errors_as_messages
 def query(sql: str, policy: Path, epsilon: Fraction | float | None, accuracy: Fraction | float | None,
@@ -117,7 +120,8 @@ def query(sql: str, policy: Path, epsilon: Fraction | float | None, accuracy: Fr
     """Run SQL privately: charge the budget, add calibrated noise, print the answer."""
     session = PrivateSession(policy, analyst)
     try:
-        result = session.execute(sql, _parameters(params), epsilon=epsilon, accuracy=accuracy)
+        # A quantile's interval costs a quarter of its epsilon: measured only when it is shown.
+        result = session.execute(sql, _parameters(params), epsilon=epsilon, accuracy=accuracy, quantile_intervals=ci)
         click.echo(render(result, fmt, ci))
         reason = why_no_rows(result)
         if reason is not None:
@@ -132,15 +136,17 @@ def query(sql: str, policy: Path, epsilon: Fraction | float | None, accuracy: Fr
 @_policy_option
 @_epsilon_option
 @_accuracy_option
+@_ci_option
 @_param_option
 @_errors_as_messages
 def explain_command(sql: str, policy: Path, epsilon: Fraction | float | None, accuracy: Fraction | float | None,
-                    params: tuple[str, ...]) -> None:
+                    ci: bool, params: tuple[str, ...]) -> None:
     """Show the rewritten SQL, each cell's mechanism, noise and interval, and the cost. Spends nothing."""
     session = PrivateSession(policy)
     try:
-        click.echo(explain(session.prepare(sql, _parameters(params), epsilon=epsilon, accuracy=accuracy).plan,
-                           listed=session.engine.lists_earlier_rows))
+        prepared = session.prepare(sql, _parameters(params), epsilon=epsilon, accuracy=accuracy,
+                                   quantile_intervals=ci)
+        click.echo(explain(prepared.plan, listed=session.engine.lists_earlier_rows))
     finally:
         session.close()
 

@@ -81,16 +81,18 @@ def Binary(value: bytes) -> bytes:
 
 def connect(policy: str | Path, analyst: str | None = None, epsilon: float | None = None, *,
             rng: RandomSource | None = None, bounding_seed: int | None = None,
-            threads: int | None = None, create_ledger: bool = False) -> Connection:
+            threads: int | None = None, create_ledger: bool = False, quantile_intervals: bool = True) -> Connection:
     """Open a private connection: load the policy's tables into a sandboxed engine and open the ledger.
 
     `epsilon` is the default cost of each query (else the policy's query_epsilon). `create_ledger` makes the
     budget ledger if it does not exist yet: the steward's first start, never a way round a deleted ledger.
+    `quantile_intervals=False` gives each quantile's (MEDIAN, QUANTILE_CONT, MIN, MAX) whole epsilon to its value
+    and leaves its cell without an interval (cursor.intervals None); by default a quarter measures the interval.
     `rng` and `bounding_seed` are for tests and benchmarks only: production noise comes from the operating
     system's secure generator.
     """
     session = PrivateSession(policy, analyst, epsilon=epsilon, rng=rng, bounding_seed=bounding_seed,
-                             threads=threads, create_ledger=create_ledger)
+                             threads=threads, create_ledger=create_ledger, quantile_intervals=quantile_intervals)
     return Connection(session)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from sqlglot import exp
@@ -24,6 +24,7 @@ from dpsql.dp.allocation import objective, split
 from dpsql.dp.fixedpoint import fixed_point
 from dpsql.dp.mechanisms import GaussianMechanism, LaplaceMechanism, Mechanism, smallest
 from dpsql.dp.quantile import QuantileMechanism
+from dpsql.dp.quantile_interval import INTERVAL_SHARE
 from dpsql.errors import QueryRejected
 from dpsql.planning.aggregates import aggregate
 from dpsql.planning.contribution import Contribution, contribution
@@ -58,12 +59,16 @@ class Cost:
 
 @dataclass(frozen=True)
 class Budget:
-    """What a query may spend: its epsilon, its delta for partition selection, and the accounting."""
+    """What a query may spend: its epsilon, its delta for partition selection, and the accounting; and whether a
+    quantile's 95% interval is measured (with a quarter of its share) or the value gets all of it."""
 
     epsilon: Fraction
     delta: Fraction
     accounting: Accounting
     mechanism: MechanismKind
+    # Not in the repr, which keys stored answers (store/answers.answer_key adds it when False): answers stored
+    # before it existed keep their keys.
+    quantile_intervals: bool = field(default=True, repr=False)
 
 
 @dataclass(frozen=True)
@@ -141,6 +146,8 @@ def plan(query: CheckedQuery, budget: Budget) -> QueryPlan:
     # the policy makes public, so it reads no data and costs nothing.
     cost = Cost(budget.epsilon, budget.delta if needs_selection else Fraction(0)) if measurements else \
         Cost(Fraction(0), Fraction(0))
+    if not any(m.spec.kind is MeasurementKind.QUANTILE for m in measurements):
+        budget = replace(budget, quantile_intervals=True)  # nothing to decide: the same plan, the same stored answer
     return QueryPlan(query, measurements, best.recipes, selection, cost, budget)
 
 
@@ -170,7 +177,8 @@ def _mechanism(budget: Budget, spec: MeasurementSpec, sensitivity: int, squared:
         # The exponential mechanism is pure DP whatever the policy's noise: under zCDP a share rho buys
         # epsilon = sqrt(2 rho), as epsilon-DP implies (epsilon^2 / 2)-zCDP.
         epsilon = math.sqrt(2 * share) if budget.accounting is Accounting.ZCDP else share
-        return QuantileMechanism(spec.grid, spec.fraction, max_rows, epsilon)
+        return QuantileMechanism(spec.grid, spec.fraction, max_rows, epsilon,
+                                 INTERVAL_SHARE if budget.quantile_intervals else Fraction(0))
     if budget.mechanism is MechanismKind.GAUSSIAN:
         return GaussianMechanism(sensitivity, share, squared)
     epsilon = math.sqrt(2 * share) if budget.accounting is Accounting.ZCDP else share

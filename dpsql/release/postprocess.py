@@ -110,7 +110,9 @@ def _project(query: CheckedQuery, columns: list[tuple[bool, int]], key_types: li
             else:
                 value = float(cells.values[g, i])
                 row.append(round(value) if integer[i] else value)
-                interval.append((float(cells.lows[g, i]), float(cells.highs[g, i])))
+                low, high = float(cells.lows[g, i]), float(cells.highs[g, i])
+                # A quantile whose interval was not asked for has none (NaN ends): None, as a key's.
+                interval.append(None if math.isnan(low) and math.isnan(high) else (low, high))
                 spread = float(cells.stds[g, i])
                 std.append(None if math.isnan(spread) else spread)  # a quantile's error is not additive noise
         rows.append(tuple(row))
@@ -127,7 +129,9 @@ def _integer(call: AggregateCall) -> bool:
 
 def _pair(row: tuple, width: int, i: int) -> tuple[float, float] | None:
     low, high = row[width + 2 * i], row[width + 2 * i + 1]
-    return None if low is None or high is None else (float(low), float(high))
+    if low is None or high is None or (math.isnan(low) and math.isnan(high)):
+        return None  # a key's, or a quantile's whose interval was not asked for (NaN ends)
+    return float(low), float(high)
 
 
 def _columns(query: CheckedQuery, cells: ReleasedCells) -> dict[str, np.ndarray]:

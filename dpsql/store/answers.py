@@ -49,9 +49,13 @@ class StoredAnswer:
     at: str  # when it was first released (UTC, ISO 8601)
 
 
-def answer_key(analyst: str, canonical_query: str, budget: object, data_version: str) -> str:
-    """One text naming everything that decided an answer (see the module's docstring)."""
-    parts = json.dumps([analyst, canonical_query, repr(budget), data_version])
+def answer_key(analyst: str, canonical_query: str, budget: object, data_version: str,
+               quantile_intervals: bool = True) -> str:
+    """One text naming everything that decided an answer (see the module's docstring). A quantile measured
+    without its interval (its value had the whole epsilon) is another answer; the flag joins the key only then, so
+    the keys of answers stored before it existed stay as they were."""
+    parts = json.dumps([analyst, canonical_query, repr(budget), data_version,
+                        *([] if quantile_intervals else ["quantile values without intervals"])])
     return hashlib.sha256(parts.encode()).hexdigest()
 
 

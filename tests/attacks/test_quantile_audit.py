@@ -124,3 +124,17 @@ def test_the_whole_quantile_release_stays_within_its_epsilon() -> None:
 
 def test_the_joint_audit_catches_a_whole_release_that_forgets_the_factor_two() -> None:
     assert joint_epsilon_lower_bound(factor_two_forgotten_in_the_whole) > float(EPSILON)
+
+
+def test_the_release_without_an_interval_stays_within_its_epsilon() -> None:
+    """With no interval asked for the value has the whole epsilon (not 3/4 of it): the value alone, audited as the
+    sampler is, and its ends are NaN (nothing else is released)."""
+    mechanism = QuantileMechanism(GRID, Fraction(1, 2), 2, float(EPSILON), Fraction(0))
+    assert mechanism.point_epsilon == EPSILON
+
+    def value_only(counts: tuple[int, ...], rng: InsecureSeededRandomForTests) -> int:
+        released = mechanism.release(counts, rng)
+        assert math.isnan(released.low) and math.isnan(released.high)
+        return round(released.value)
+
+    assert epsilon_lower_bound(value_only) <= float(EPSILON)

@@ -245,6 +245,20 @@ def test_intervals_on_adds_each_noisy_columns_interval_in_the_answer_and_in_desc
         assert [c.name for c in conn.execute(sql, (61,)).description] == ["region", "n", "c"]
 
 
+def test_a_quantile_measures_its_interval_only_when_intervals_are_on(served) -> None:
+    """With dpsql.intervals off a MEDIAN's whole epsilon goes to its value (explain says there is no interval);
+    on, a quarter measures the interval, which the answer then carries."""
+    sql = "SELECT MEDIAN(cost) AS m FROM visits"
+    with psycopg.connect(dsn(served, "bob"), autocommit=True) as conn:
+        plan = "\n".join(row[0] for row in conn.execute(f"EXPLAIN {sql}").fetchall())
+        assert "no interval (not asked for: the value has the whole budget)" in plan
+        conn.execute("SET dpsql.intervals = on")
+        plan = "\n".join(row[0] for row in conn.execute(f"EXPLAIN {sql}").fetchall())
+        assert "no interval" not in plan and "the 95% interval from noisy counts" in plan
+        ((m, low, high),) = conn.execute(sql).fetchall()
+        assert low <= m <= high
+
+
 def test_a_public_table_is_read_row_by_row_with_parameters_and_described_without_charge(served) -> None:
     before = len(charges(served.policy))
     with psycopg.connect(dsn(served), autocommit=True) as conn:

@@ -479,7 +479,8 @@ class Connection:
     async def _answer(self, statement: Statement, parameters: list[Any]) -> Answer:
         assert self.session is not None and self.settings is not None
         session, settings = self.session, self.settings
-        cost = {"epsilon": settings.epsilon, "accuracy": settings.accuracy}
+        # A quantile's interval is measured (a quarter of its epsilon) only when dpsql.intervals shows it.
+        cost = {"epsilon": settings.epsilon, "accuracy": settings.accuracy, "quantile_intervals": settings.intervals}
         bound = parameters or None
         if statement.command is not None:
             if len(parameters) != statement.command.parameters:
@@ -514,7 +515,8 @@ class Connection:
             return _EXPLAIN_COLUMNS
         assert self.session is not None and self.settings is not None
         session, with_ci = self.session, self.settings.intervals
-        cost = {"epsilon": self.settings.epsilon, "accuracy": self.settings.accuracy}
+        cost = {"epsilon": self.settings.epsilon, "accuracy": self.settings.accuracy,
+                "quantile_intervals": self.settings.intervals}
         values = parameters if parameters is not None else [dummy_value(oid) for oid in statement.reported]
 
         def describe() -> tuple[tuple[str, str], ...]:
