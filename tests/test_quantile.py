@@ -167,3 +167,38 @@ def test_explain_names_the_mechanism_the_grid_and_the_rank_error() -> None:
     assert "report-noisy-max" in text and "1001 candidates from 1 to 1001 in steps of 1" in text
     assert "rank error at most 1.0 rows" in text
     assert "the 0 quantile (MIN)" in describe(grid, QuantileScore(Fraction(0), 1), Fraction(1))
+
+
+def _low_end_misses(sequential: bool, draws: int = 4000) -> int:
+    """How often the interval's lower end lands above the quantile when the cut points between the quantile and
+    the chosen candidate are all on a tie (D(p) = 0: no rows between them, half the rows below): the worst case of
+    each test, repeated at every cut. Rows: 100 in bucket 5 and 100 in bucket 60 of 64; the median's value
+    (quantile_cont) is their middle, bucket 32.5; the chosen candidate 50 overshoots it."""
+    from dpsql.dp.mechanisms import LaplaceMechanism
+    from dpsql.dp.quantile_interval import cut_points, half_width, interval, region_counts
+    counts = [0] * 65
+    counts[5] = counts[60] = 100
+    chosen, q, noise = 50, Fraction(1, 2), LaplaceMechanism(1, 0.25)
+    rng = InsecureSeededRandomForTests(SEED)
+    misses = 0
+    for _ in range(draws):
+        if sequential:
+            low = interval(counts, chosen, q, noise, rng).low
+        else:  # each cut tested at 2.5% and no stop: what the fixed sequence replaces must be caught
+            cuts = cut_points(chosen, 64)
+            noisy = [n + noise.sample(rng) for n in region_counts(counts, cuts)]
+            total, low = sum(noisy), 0
+            for k in range(1, len(cuts)):
+                below = sum(noisy[:k])
+                if cuts[k] <= chosen and below - q * total <= -half_width(k, len(cuts) - k, q, noise.scale):
+                    low = max(low, cuts[k])
+        misses += low > 32
+    return misses
+
+
+def test_the_interval_s_fixed_sequence_keeps_each_end_within_2_5_percent_at_its_worst() -> None:
+    """Each end may be wrong with probability at most 2.5% (one-sided): the count of misses over 4,000 draws must
+    not exceed Binomial(4000, 0.025)'s 1 - 1e-4 quantile; testing every cut at 2.5% without stopping exceeds it."""
+    limit = binom.ppf(1 - 1e-4, 4000, 0.025)
+    assert _low_end_misses(sequential=True) <= limit
+    assert _low_end_misses(sequential=False) > limit

