@@ -7,7 +7,8 @@ can slip past the pipeline) and answered from the connection's own settings:
 - `SET dpsql.epsilon = 0.5` sets the cost of the connection's next queries (`RESET dpsql.epsilon`: the default);
   `SET dpsql.accuracy = 25` instead charges each query the smallest epsilon that gives every noisy cell a 95%
   interval within +/-25 (COUNT and SUM; setting one of the two clears the other);
-  `SET dpsql.intervals = on` adds the 95% interval's ends after every noisy column; `SHOW dpsql.budget` shows the
+  `SET dpsql.intervals = on` adds the 95% interval's ends after every noisy column (and has each quantile spend a
+  quarter of its epsilon measuring its interval; off, its value has all of it); `SHOW dpsql.budget` shows the
   analyst's spending.
 - The parameters the server reports at startup can be shown; those it cannot honour (another time zone or date
   style, another encoding) are refused rather than ignored. Other settings are kept and shown, and change nothing.
