@@ -51,6 +51,43 @@ def test_discrete_laplace_at_a_huge_scale_matches_the_continuous_law() -> None:
     assert stats.kstest(samples, stats.laplace(scale=float(scale)).cdf).pvalue > P_VALUE
 
 
+@pytest.mark.parametrize(("num", "den"), [(1, 1), (5, 3), (1, 7), (3, 2**40), (2**39, 2**40 - 1)])
+def test_the_vectorised_geometric_has_the_scalar_ones_law(num: int, den: int) -> None:
+    """noise_vector.geometric_exp_many against P(Y = k) = (1 - r) r^k, r = exp(-num / den), and against the scalar
+    sampler's draws (two-sample KS) at the same parameters."""
+    from dpsql.dp.noise_vector import geometric_exp_many
+    rng = seeded(num % 1000 + den % 1000)
+    samples = geometric_exp_many(num, den, 30_000, rng.words)
+    r = math.exp(-num / den)
+    if 1 - r < 1e-2:  # a mean of 100 or more: floor of an exponential of that mean, to within one part in 100
+        assert stats.kstest(samples + 0.5, stats.expon(scale=den / num).cdf).pvalue > P_VALUE
+    elif r > 1e-3:
+        support = np.arange(int(4 / (1 - r)) + 2)
+        expected = (1 - r) * r**support * samples.size
+        observed = np.array([(samples == z).sum() for z in support], dtype=float)
+        tails = (samples.size - observed.sum(), samples.size - expected.sum())
+        assert stats.chisquare(np.append(observed, tails[0]), np.append(expected, tails[1])).pvalue > P_VALUE
+    else:
+        assert stats.binomtest(int((samples == 0).sum()), samples.size, 1 - r).pvalue > P_VALUE
+    scalar = np.array([noise.geometric_exp(num, den, rng) for _ in range(5_000)])
+    assert stats.ks_2samp(samples, scalar).pvalue > P_VALUE
+
+
+def test_uniform_below_is_uniform_and_in_range_at_every_bit_length() -> None:
+    from dpsql.dp.noise_vector import uniform_below
+    rng = seeded(17)
+    for bound in (1, 2, 3, 7, 8, 9, 2**31, 2**31 + 1, 2**53 + 1, 2**61 - 1, 2**62 - 1):
+        drawn = uniform_below(np.full(4000, bound, dtype=np.int64), rng.words)
+        assert drawn.min() >= 0 and drawn.max() < bound
+        if bound == 1:
+            assert not drawn.any()
+        elif bound <= 9:
+            assert stats.chisquare(np.bincount(drawn, minlength=bound)).pvalue > P_VALUE
+        else:  # the top bit is set about half the time (a too-short bit length would never set it)
+            top = drawn >= bound // 2
+            assert stats.binomtest(int(top.sum()), top.size, (bound - bound // 2) / bound).pvalue > P_VALUE
+
+
 def test_discrete_gaussian_has_the_claimed_distribution() -> None:
     sigma2 = Fraction(9, 2)
     rng = seeded(5)

@@ -20,6 +20,8 @@ from fractions import Fraction
 from math import isqrt
 from typing import ClassVar, Protocol
 
+import numpy as np
+
 _WORD = struct.Struct(">Q")
 
 
@@ -30,6 +32,9 @@ class RandomSource(Protocol):
 
     @property
     def secure(self) -> bool: ...
+
+    # Sources may also have words(n) -> numpy uint64 array, n uniform 64-bit words: the quantile sampler then
+    # draws its noises all at once (noise_vector.py), else one at a time.
 
 
 class SecureRandom:
@@ -86,6 +91,11 @@ class SecureRandom:
                     return value
 
 
+    def words(self, n: int) -> np.ndarray:
+        """n uniform 64-bit words (numpy uint64) straight from os.urandom: no block, no lock, nothing kept."""
+        return np.frombuffer(os.urandom(8 * n), dtype=">u8").astype(np.uint64)
+
+
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=SecureRandom._after_fork_in_child)
 
@@ -100,6 +110,9 @@ class InsecureSeededRandomForTests:
 
     def randbelow(self, n: int) -> int:
         return self._random.randrange(n)
+
+    def words(self, n: int) -> np.ndarray:
+        return np.array([self._random.getrandbits(64) for _ in range(n)], dtype=np.uint64)
 
 
 def _bernoulli(num: int, den: int, rng: RandomSource) -> bool:

@@ -46,11 +46,15 @@ from dataclasses import dataclass
 from fractions import Fraction
 from itertools import accumulate
 
+import numpy as np
+
 from dpsql.dp.mechanisms import LaplaceMechanism
 from dpsql.dp.noise import RandomSource, geometric_exp
+from dpsql.dp.noise_vector import MAX_DENOMINATOR, geometric_exp_many
 from dpsql.dp.quantile_interval import INTERVAL_SHARE, interval
 
 GRID_BITS = 12
+_INT64_SAFE = 1 << 61  # utilities within this add to a noise below 2**62 without leaving int64
 MAX_INTEGER_CANDIDATES = 1 << 12
 LEVEL = Fraction(95, 100)
 
@@ -182,8 +186,22 @@ def noisy_max_scaled(utilities: Sequence[int], scale: int, epsilon: Fraction, se
     if epsilon <= 0 or sensitivity <= 0:
         raise ValueError("epsilon and the sensitivity must be positive")
     rate = Fraction(epsilon) / (2 * Fraction(sensitivity) * scale)
+    words = getattr(rng, "words", None)
+    if words is not None and rate.denominator > MAX_DENOMINATOR:
+        # Rounded down onto the vectorised sampler's denominators: a smaller rate is more noise, so still
+        # epsilon-DP (the rate moves by less than 1e-12 / rate relatively).
+        rate = Fraction(math.floor(rate * MAX_DENOMINATOR), MAX_DENOMINATOR)
     num, den = rate.numerator, rate.denominator
-    noisy = [u + geometric_exp(num, den, rng) for u in utilities]
+    if words is not None and num > 0:
+        noise = geometric_exp_many(num, den, len(utilities), words)
+        if utilities and min(utilities) > -_INT64_SAFE and max(utilities) < _INT64_SAFE:
+            summed = np.asarray(utilities, dtype=np.int64) + noise  # noise < 2**62 as well: no overflow
+            tied_at = np.flatnonzero(summed == summed.max())
+            return int(tied_at[rng.randbelow(tied_at.size)])
+        noisy = [u + int(g) for u, g in zip(utilities, noise, strict=True)]
+    else:
+        rate = Fraction(epsilon) / (2 * Fraction(sensitivity) * scale)
+        noisy = [u + geometric_exp(rate.numerator, rate.denominator, rng) for u in utilities]
     best = max(noisy)
     tied = [index for index, value in enumerate(noisy) if value == best]
     return tied[rng.randbelow(len(tied))]  # one draw more or less with the ties: not thousands, as the coins were

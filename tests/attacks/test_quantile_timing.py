@@ -34,6 +34,10 @@ class Counting(InsecureSeededRandomForTests):
         self.draws += 1
         return super().randbelow(n)
 
+    def words(self, n: int):  # the vectorised sampler's draws (dp/noise_vector.py)
+        self.draws += n
+        return super().words(n)
+
 
 def _draws(counts: list[int], seed: int) -> list[int]:
     score = QuantileScore(Fraction(0), 1)
