@@ -55,6 +55,10 @@ from dpsql.dp.quantile_interval import INTERVAL_SHARE, interval
 
 GRID_BITS = 12
 _INT64_SAFE = 1 << 61  # utilities within this add to a noise below 2**62 without leaving int64
+# The numpy argmax is taken when the utilities' scale (q's denominator) is at most this: a public choice, so the
+# path, and its time, never depends on the data (utilities reach 2**61 only past 2**41 rows). Choosing it from the
+# utilities' size instead let one row switch paths (QUANTILE_CONT(x, 0.000000000001): 7.5 against 8.4 ms).
+_NUMPY_SCALE = 1 << 20
 MAX_INTEGER_CANDIDATES = 1 << 12
 LEVEL = Fraction(95, 100)
 
@@ -194,7 +198,7 @@ def noisy_max_scaled(utilities: Sequence[int], scale: int, epsilon: Fraction, se
     num, den = rate.numerator, rate.denominator
     if words is not None and num > 0:
         noise = geometric_exp_many(num, den, len(utilities), words)
-        if utilities and min(utilities) > -_INT64_SAFE and max(utilities) < _INT64_SAFE:
+        if scale <= _NUMPY_SCALE and utilities and min(utilities) > -_INT64_SAFE and max(utilities) < _INT64_SAFE:
             summed = np.asarray(utilities, dtype=np.int64) + noise  # noise < 2**62 as well: no overflow
             tied_at = np.flatnonzero(summed == summed.max())
             return int(tied_at[rng.randbelow(tied_at.size)])
