@@ -59,3 +59,27 @@ def test_the_cost_of_a_min_release_does_not_depend_on_one_row() -> None:
     var_a = sum((x - mean_a) ** 2 for x in a) / (RUNS - 1)
     var_b = sum((x - mean_b) ** 2 for x in b) / (RUNS - 1)
     assert abs(mean_a - mean_b) <= Z * math.sqrt((var_a + var_b) / RUNS)
+
+
+def test_the_sampler_s_code_path_does_not_depend_on_one_row(monkeypatch) -> None:
+    """Red team 9: noisy_max_scaled took the numpy argmax when every utility was within 2**61 and Python integers
+    otherwise, a test on the data's size: with q = 1e-12 (written in the query, denominator 10**12) the utilities
+    reach n (10**12 - 1), past 2**61 from n = 2,305,844 rows: one more row switched paths (7.5 against 8.4 ms per
+    cell with SecureRandom). The path must be the same for n and n + 1 rows."""
+    import dpsql.dp.quantile as quantile
+
+    took_numpy: list[bool] = []
+    original = quantile.np.asarray
+
+    def spy(*args, **kwargs):
+        took_numpy.append(True)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(quantile.np, "asarray", spy)
+    score = QuantileScore(Fraction(1, 10**12), 1)
+    paths = []
+    for n in (2_305_843, 2_305_844):  # (10**12 - 1) n crosses 2**61 between them
+        took_numpy.clear()
+        release([n] + [0] * (CANDIDATES - 1), score, Fraction(10), InsecureSeededRandomForTests(3))
+        paths.append(bool(took_numpy))
+    assert paths[0] == paths[1]
