@@ -64,6 +64,12 @@ class Quantile(Aggregate):
     def formula(self, recipe: OutputRecipe, measurements: Sequence[Measurement]) -> tuple[str, str]:
         return f"m{recipe.count}: {measurements[recipe.count].mechanism.describe()}", ""
 
+    def explain(self, recipe: OutputRecipe, measurements: Sequence[Measurement]) -> str:
+        """Without an interval the mechanism's description says so, and no interval method is named."""
+        if not getattr(measurements[recipe.count].mechanism, "interval_share", 1):
+            return self.formula(recipe, measurements)[0]
+        return super().explain(recipe, measurements)
+
 
 QUANTILE = Quantile(kind=AggregateKind("quantile"), listed_as="MEDIAN, QUANTILE_CONT", functions=QUANTILE_CALLS)
 MINIMUM = Quantile(kind=AggregateKind("min"), listed_as="MIN", functions=(exp.Min,), extreme="min")
