@@ -210,9 +210,8 @@ def noisy_max_scaled(utilities: Sequence[int], scale: int, epsilon: Fraction, se
             tied_at = np.flatnonzero(summed == summed.max())
             return int(tied_at[rng.randbelow(tied_at.size)])
         noisy = [u + int(g) for u, g in zip(utilities, noise, strict=True)]
-    else:
-        rate = Fraction(epsilon) / (2 * Fraction(sensitivity) * scale)
-        noisy = [u + geometric_exp(rate.numerator, rate.denominator, rng) for u in utilities]
+    else:  # the exact rate, not rounded: the scalar sampler takes any denominator
+        noisy = [u + geometric_exp(num, den, rng) for u in utilities]
     best = max(noisy)
     tied = [index for index, value in enumerate(noisy) if value == best]
     return tied[rng.randbelow(len(tied))]  # one draw more or less with the ties: not thousands, as the coins were
