@@ -95,7 +95,9 @@ def test_noisy_max_is_epsilon_dp_exactly_on_neighbours() -> None:
     assert worst > 0.3 * float(epsilon)  # the neighbours are far enough apart for the check to mean something
 
 
-def test_the_sampler_draws_noisy_maxs_distribution() -> None:
+@pytest.mark.parametrize("vector_from", [64, 0])  # the scalar draws and the vectorised ones (dp/noise_vector.py)
+def test_the_sampler_draws_noisy_maxs_distribution(vector_from: int, monkeypatch) -> None:
+    monkeypatch.setattr("dpsql.dp.quantile.VECTOR_FROM", vector_from)
     utilities = [Fraction(0), Fraction(-1), Fraction(-3), Fraction(-1, 2)]
     expected = noisy_max_probabilities(utilities, Fraction(1), Fraction(1))
     rng = InsecureSeededRandomForTests(SEED)

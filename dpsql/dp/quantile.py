@@ -61,6 +61,7 @@ _INT64_SAFE = 1 << 61  # utilities within this add to a noise below 2**62 withou
 # path, and its time, never depends on the data (utilities reach 2**61 only past 2**41 rows). Choosing it from the
 # utilities' size instead let one row switch paths (QUANTILE_CONT(x, 0.000000000001): 7.5 against 8.4 ms).
 _NUMPY_SCALE = 1 << 20
+VECTOR_FROM = 64  # candidates from which the noises are drawn all at once (dp/noise_vector.py)
 _MIN_ROUNDED_STEPS = 1 << 10  # a rate rounded onto k / 2**40 with k at least this loses less than 2**-10 of it
 MAX_INTEGER_CANDIDATES = 1 << 12
 LEVEL = Fraction(95, 100)
@@ -193,7 +194,9 @@ def noisy_max_scaled(utilities: Sequence[int], scale: int, epsilon: Fraction, se
     if epsilon <= 0 or sensitivity <= 0:
         raise ValueError("epsilon and the sensitivity must be positive")
     rate = Fraction(epsilon) / (2 * Fraction(sensitivity) * scale)
-    words = getattr(rng, "words", None)
+    # All at once only for grids large enough to gain from it (numpy's overhead per call is about that of 60
+    # scalar draws); the number of candidates is public (the grid's), so is the choice.
+    words = getattr(rng, "words", None) if len(utilities) >= VECTOR_FROM else None
     if words is not None and rate.denominator > MAX_DENOMINATOR:
         # Rounded down onto the vectorised sampler's denominators: a smaller rate is more noise, so still
         # epsilon-DP. Only when that loses less than 2**-10 of it (the rate is at least 2**-30): below, rounding
