@@ -90,7 +90,6 @@ class SecureRandom:
                     self._used = used
                     return value
 
-
     def words(self, n: int) -> np.ndarray:
         """n uniform 64-bit words (numpy uint64) straight from os.urandom: no block, no lock, nothing kept."""
         return np.frombuffer(os.urandom(8 * n), dtype=">u8").astype(np.uint64)

@@ -108,7 +108,7 @@ def interval(counts: Sequence[int], chosen: int, q: Fraction, noise: LaplaceMech
     # confidently above. The order is fixed before the noisy counts are seen, so an end is wrong only if the first
     # cut on the far side of the quantile is wrongly passed: at most 2.5% (no share among the cuts is needed, as
     # Bonferroni's was: it covered 98-100% where this covers 96.5-99.8%, with intervals 1.3-2x narrower).
-    low = high = None
+    low, high = 0, buckets  # the bounds when no cut point is confidently on that side
     for k in lower:
         if estimates[k] > -half_width(k, regions - k, q, noise.scale):
             break
@@ -118,5 +118,4 @@ def interval(counts: Sequence[int], chosen: int, q: Fraction, noise: LaplaceMech
             break
         high = cuts[k]
     # Widened to hold the chosen bucket, whose values run up to the next candidate (the released value is inside).
-    return CandidateInterval(min(low if low is not None else 0, chosen),
-                             max(high if high is not None else buckets, min(chosen + 1, buckets)))
+    return CandidateInterval(min(low, chosen), max(high, min(chosen + 1, buckets)))

@@ -110,9 +110,7 @@ def _project(query: CheckedQuery, columns: list[tuple[bool, int]], key_types: li
             else:
                 value = float(cells.values[g, i])
                 row.append(round(value) if integer[i] else value)
-                low, high = float(cells.lows[g, i]), float(cells.highs[g, i])
-                # A quantile whose interval was not asked for has none (NaN ends): None, as a key's.
-                interval.append(None if math.isnan(low) and math.isnan(high) else (low, high))
+                interval.append(_ends(float(cells.lows[g, i]), float(cells.highs[g, i])))
                 spread = float(cells.stds[g, i])
                 std.append(None if math.isnan(spread) else spread)  # a quantile's error is not additive noise
         rows.append(tuple(row))
@@ -128,9 +126,13 @@ def _integer(call: AggregateCall) -> bool:
 
 
 def _pair(row: tuple, width: int, i: int) -> tuple[float, float] | None:
-    low, high = row[width + 2 * i], row[width + 2 * i + 1]
+    return _ends(row[width + 2 * i], row[width + 2 * i + 1])
+
+
+def _ends(low: float | None, high: float | None) -> tuple[float, float] | None:
+    """A cell's interval, or None: a key's (NULL ends), or a quantile's whose interval was not asked for (NaN)."""
     if low is None or high is None or (math.isnan(low) and math.isnan(high)):
-        return None  # a key's, or a quantile's whose interval was not asked for (NaN ends)
+        return None
     return float(low), float(high)
 
 

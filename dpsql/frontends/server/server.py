@@ -95,6 +95,12 @@ class _Closed(Exception):
     """The connection is over: the client said Terminate, or a FATAL error was sent."""
 
 
+def _costs(settings: Settings) -> dict[str, Any]:
+    """What the connection's settings ask of each query's plan. A quantile's interval is measured (a quarter of its
+    epsilon) only when dpsql.intervals shows it."""
+    return {"epsilon": settings.epsilon, "accuracy": settings.accuracy, "quantile_intervals": settings.intervals}
+
+
 def _columns(names: Sequence[str], types: Sequence[str], noisy: Sequence[bool],
              with_ci: bool) -> tuple[tuple[str, str], ...]:
     """The released columns' names and types, each noisy one followed by its interval's ends (DOUBLE) if asked."""
@@ -479,8 +485,7 @@ class Connection:
     async def _answer(self, statement: Statement, parameters: list[Any]) -> Answer:
         assert self.session is not None and self.settings is not None
         session, settings = self.session, self.settings
-        # A quantile's interval is measured (a quarter of its epsilon) only when dpsql.intervals shows it.
-        cost = {"epsilon": settings.epsilon, "accuracy": settings.accuracy, "quantile_intervals": settings.intervals}
+        cost = _costs(settings)
         bound = parameters or None
         if statement.command is not None:
             if len(parameters) != statement.command.parameters:
@@ -515,8 +520,7 @@ class Connection:
             return _EXPLAIN_COLUMNS
         assert self.session is not None and self.settings is not None
         session, with_ci = self.session, self.settings.intervals
-        cost = {"epsilon": self.settings.epsilon, "accuracy": self.settings.accuracy,
-                "quantile_intervals": self.settings.intervals}
+        cost = _costs(self.settings)
         values = parameters if parameters is not None else [dummy_value(oid) for oid in statement.reported]
 
         def describe() -> tuple[tuple[str, str], ...]:
