@@ -10,18 +10,17 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 import dpsql
 from benchmarks.support import seeded
 from dpsql.dp.quantile import Grid, QuantileMechanism
 from dpsql.dp.quantile_interval import INTERVAL_SHARE
-from dpsql.frontends import cli
 from dpsql.frontends.explain import explain
 from dpsql.planning.measurements import MeasurementKind
 from dpsql.policy import load_policy
 from dpsql.session import PrivateSession
 from dpsql.store.answers import AnswerStore
+from tests.test_cli import run
 
 MIXED = "SELECT department, MEDIAN(cost), MAX(cost), COUNT(*) FROM visits GROUP BY department"
 
@@ -108,20 +107,15 @@ def test_the_dbapi_connection_option(visits_policy: Path) -> None:
         assert cur.intervals[0][0] is not None
 
 
-def _cli(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(cli.main, list(args), env={"DPSQL_ANALYST": "cli"})
-    return result.exit_code, result.stdout, result.stderr
-
-
 def test_the_cli_measures_a_quantile_interval_when_ci_shows_it(visits_policy: Path) -> None:
     sql = "SELECT MEDIAN(cost) AS m FROM visits"
-    code, out, err = _cli("explain", sql, "--policy", str(visits_policy))
+    code, out, err = run("explain", sql, "--policy", str(visits_policy))
     assert code == 0, err
     assert "no interval (not asked for: the value has the whole budget)" in out
-    code, out, err = _cli("explain", sql, "--policy", str(visits_policy), "--ci")
+    code, out, err = run("explain", sql, "--policy", str(visits_policy), "--ci")
     assert code == 0, err
     assert f"with {float(INTERVAL_SHARE):g} of the budget" in out and "no interval" not in out
-    code, out, err = _cli("query", sql, "--policy", str(visits_policy), "--format", "csv", "--ci")
+    code, out, err = run("query", sql, "--policy", str(visits_policy), "--format", "csv", "--ci")
     assert code == 0, err
     low, value, high = (float(out.splitlines()[1].split(",")[i]) for i in (1, 0, 2))
     assert low <= value <= high
