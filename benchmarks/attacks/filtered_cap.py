@@ -141,13 +141,17 @@ def kept_rows(plan) -> str:
 
 
 def reference_rows(plan) -> str:
-    """The first m passing rows of each unit by a window over its own passing rows: the definition of the cap. (With
-    a filter of whole units the rewrite leaves the declared-values filter of the keys out, as without a filter: the
-    reference leaves it out too.)"""
+    """The first m passing rows of each unit among its first `examined` (the filtered cap's look-ahead, which the
+    per-person work bound sets: analysis/person_work.py), by a window over its own passing rows: the definition of
+    the cap. (With a filter of whole units the rewrite leaves the declared-values filter of the keys out, as without
+    a filter: the reference leaves it out too.)"""
     table = names.prepared_table(plan.query.table.name)
     context = passes._Context(plan, table, passes._alias(plan), passes._arguments(plan), passes._whole_units(plan))
     filtered = passes.filter_rows(exp.select("*").from_(exp.to_table(table).as_(context.alias)), context)
     where = filtered.args["where"].this.sql(DIALECT) if filtered.args.get("where") else "TRUE"
+    examined = plan.query.work.examined if plan.query.work is not None else None
+    if examined is not None:
+        where = f"({where}) AND {names.RANK} <= {examined}"
     return (f"SELECT {names.UNIT}, {names.RANK} FROM (SELECT *, row_number() OVER (PARTITION BY {names.UNIT} "
             f"ORDER BY {names.RANK}) AS __rk FROM {table} AS {context.alias} WHERE {where}) "
             f"WHERE __rk <= {plan.max_rows}")
