@@ -341,6 +341,9 @@ class Caused:
     theme: str
     shape: str
     sql: str
+    # Whether DuckDB ran another plan than in the base world: `rows` then also counts the plans' difference (an
+    # extra projection of every row, another join order), in either direction.
+    replanned: bool
 
 
 @dataclass
@@ -354,7 +357,9 @@ class JoinSummary(Summary):
     def rows_caused(self) -> list[Caused]:
         """Per accepted query and adversarial world, the rows one person caused, and the query: what the static
         per-person bound of issue 28 must cover."""
-        return [Caused(int(added), theme, self.shapes[sql], sql) for added, theme, sql in self.work_added]
+        replanned = set(self.replanned)
+        return [Caused(int(added), theme, self.shapes[sql], sql, (theme, sql) in replanned)
+                for added, theme, sql in self.work_added]
 
     def worst_per_shape(self) -> list[Caused]:
         worst: dict[str, Caused] = {}
@@ -371,7 +376,9 @@ class JoinSummary(Summary):
         out += [f"  [{theme}] {sql}" for theme, sql in self.replanned[:3]]
         out.append(f"rows one person caused (operator rows, adversarial world minus base), worst of "
                    f"{len(self.worst_per_shape())} query shapes:")
-        out += [f"  {c.rows:>8} [{c.theme}] ({c.shape}) {c.sql}" for c in self.worst_per_shape()[:shapes]]
+        out += [f"  {c.rows:>8}{'*' if c.replanned else ' '}[{c.theme}] ({c.shape}) {c.sql}"
+                for c in self.worst_per_shape()[:shapes]]
+        out.append("  (* another plan than the base world's: the figure includes the plans' difference)")
         return out
 
 
