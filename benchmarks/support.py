@@ -19,7 +19,7 @@ import asyncio
 import csv
 import json
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,13 +116,21 @@ def column_keys(column: ColumnPolicy) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Table:
     name: str
-    unit: str
+    unit: str  # the privacy unit column ("" for a public table)
     columns: tuple[ColumnPolicy, ...]
     max_rows: int = 1
+    public: bool = False
 
     @property
     def header(self) -> list[str]:
         return [c.name for c in self.columns]
+
+    def declaration(self) -> dict[str, Any]:
+        """The table's keys in a policy file, its data in `<name>.csv` beside it."""
+        columns = {"columns": {c.name: column_keys(c) for c in self.columns}}
+        if self.public:
+            return {"source": f"{self.name}.csv", "public": True, **columns}
+        return {"source": f"{self.name}.csv", "privacy_unit": self.unit, "max_rows_per_unit": self.max_rows, **columns}
 
 
 @dataclass(frozen=True)
@@ -147,11 +155,17 @@ GAUSSIAN = Budget(accounting="zcdp", mechanism="gaussian")
 
 def write_dataset(folder: Path, table: Table, rows: Iterable[Sequence[Any]], budget: Budget = DEFAULT_BUDGET) -> Path:
     """Write `rows` and the policy declaring them into `folder` (created); return the policy's path."""
+    return write_datasets(folder, {table: rows}, budget)
+
+
+def write_datasets(folder: Path, tables: Mapping[Table, Iterable[Sequence[Any]]],
+                   budget: Budget = DEFAULT_BUDGET) -> Path:
+    """Write each table's rows and one policy declaring them all into `folder` (created); return the policy's path."""
     folder.mkdir(parents=True, exist_ok=True)
-    data = write_csv(folder / f"{table.name}.csv", table.header, rows)
-    declaration = {"source": data.name, "privacy_unit": table.unit, "max_rows_per_unit": table.max_rows,
-                   "columns": {c.name: column_keys(c) for c in table.columns}}
-    return write_policy(folder / "policy.toml", {table.name: declaration}, budget.keys())
+    for table, rows in tables.items():
+        write_csv(folder / f"{table.name}.csv", table.header, rows)
+    return write_policy(folder / "policy.toml", {table.name: table.declaration() for table in tables},
+                        budget.keys())
 
 
 def open_session(policy: Path, seed: int, analyst: str = "attacker", *, bounding_seed: int | None = None,

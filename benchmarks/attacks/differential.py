@@ -22,6 +22,7 @@ from __future__ import annotations
 import random
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,10 +57,14 @@ ADVERSARIAL_ROWS = {  # theme -> the one extra row (uid, i, x, s, b, d, ts, g)
 
 def base_rows(seed: int, people: int = 40) -> list[tuple]:
     r = random.Random(seed)
-    return [(u, r.randint(-100, 100), round(r.uniform(-10, 10), 3), r.choice(["alpha", "Beta", "c d", "x1", "42"]),
-             r.random() < 0.5, f"2024-{r.randint(1, 12):02d}-{r.randint(1, 28):02d}",
-             f"2023-{r.randint(1, 12):02d}-{r.randint(1, 28):02d} {r.randint(0, 23):02d}:00:00", r.choice("ab"))
-            for u in range(people) for _ in range(r.randint(1, 2))]
+    return [ordinary_row(r, u) for u in range(people) for _ in range(r.randint(1, 2))]
+
+
+def ordinary_row(r: random.Random, uid: int) -> tuple:
+    """One row of `uid` with everyday values (uid, i, x, s, b, d, ts, g)."""
+    return (uid, r.randint(-100, 100), round(r.uniform(-10, 10), 3), r.choice(["alpha", "Beta", "c d", "x1", "42"]),
+            r.random() < 0.5, f"2024-{r.randint(1, 12):02d}-{r.randint(1, 28):02d}",
+            f"2023-{r.randint(1, 12):02d}-{r.randint(1, 28):02d} {r.randint(0, 23):02d}:00:00", r.choice("ab"))
 
 
 # The grammar ------------------------------------------------------------------------------------------------
@@ -80,17 +85,24 @@ class Expression:
 
 
 class Grammar:
-    """Random well-typed row expressions of what dpsql's checker accepts; sized by `depth`."""
+    """Random well-typed row expressions of what dpsql's checker accepts; sized by `depth`. Their leaves are
+    `columns` (by type: f's unqualified columns unless told otherwise) and literals."""
 
-    def __init__(self, rng: random.Random) -> None:
+    def __init__(self, rng: random.Random, columns: dict[str, tuple[str, ...]] = COLUMNS) -> None:
         self.r = rng
+        self.columns = columns
+
+    def over(self, columns: dict[str, tuple[str, ...]]) -> Grammar:
+        """The same grammar (and random stream) over other columns: those of a join, qualified."""
+        return Grammar(self.r, columns)
 
     def pick(self, options):
         return options[self.r.randrange(len(options))]
 
     def of(self, kind: str, depth: int = 0) -> Expression:
         if depth >= 3 or self.r.random() < 0.3:
-            leaf = self.pick(COLUMNS[kind]) if self.r.random() < 0.75 else self.pick(LITERALS[kind])
+            names = self.columns.get(kind, ())
+            leaf = self.pick(names) if names and self.r.random() < 0.75 else self.pick(LITERALS[kind])
             return Expression(leaf, [leaf] if kind == "text" else [])
         return getattr(self, kind)(depth + 1)
 
@@ -293,8 +305,10 @@ class Summary:
     cases: int = 0
     refused: int = 0
     findings: list[Finding] = field(default_factory=list)
+    work: str = "per-row text work"  # what the work count counts (see run_case)
     work_ratios: list[tuple[float, str, str]] = field(default_factory=list)  # (ratio, theme, sql)
-    work_absolute: list[tuple[float, str, str]] = field(default_factory=list)  # (text handled by one row, theme, sql)
+    work_absolute: list[tuple[float, str, str]] = field(default_factory=list)  # (the adversarial world's, theme, sql)
+    work_added: list[tuple[float, str, str]] = field(default_factory=list)  # (adversarial minus base, theme, sql)
     time_ratios: list[tuple[float, str, str]] = field(default_factory=list)
 
     @property
@@ -309,7 +323,7 @@ class Summary:
                f"{len(self.findings)} failures after acceptance in {len({f.sql for f in self.findings})} queries"]
         for finding in self.findings[:40]:
             out.append(f"  [{finding.theme}] {finding.kind}: {finding.sql}  ({finding.detail[:80]})")
-        for name, ratios in (("per-row text work", self.work_ratios), ("wall-clock time", self.time_ratios)):
+        for name, ratios in ((self.work, self.work_ratios), ("wall-clock time", self.time_ratios)):
             if ratios:
                 values = [r for r, _, _ in ratios]
                 out.append(f"{name}, adversarial world / base world: median {statistics.median(values):.2f}, "
@@ -325,6 +339,12 @@ class Worlds:
     def close(self) -> None:
         for session in self.sessions.values():
             session.close()
+
+    def __enter__(self) -> Worlds:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
 
 
 def open_worlds(folder: Path, seed: int, themes: tuple[str, ...] = tuple(ADVERSARIAL_ROWS)) -> Worlds:
@@ -356,7 +376,12 @@ def answer(session: PrivateSession, prepared: PreparedQuery) -> None:
     session.post.run(prepared.plan.query, prepared.key_types, release(prepared.plan, rows, session.rng))
 
 
-def run_case(worlds: Worlds, sql: str, expression: Expression, summary: Summary, timed: bool) -> None:
+# A deterministic count of the work a prepared query makes a world's engine do (never a clock).
+WorkCount = Callable[[PrivateSession, PreparedQuery], int]
+
+
+def run_case(worlds: Worlds, sql: str, work: WorkCount, summary: Summary, timed: bool) -> PreparedQuery | None:
+    """Run `sql` in every world; the prepared query if it was accepted."""
     summary.cases += 1
     base = worlds.sessions["base"]
     try:
@@ -364,27 +389,31 @@ def run_case(worlds: Worlds, sql: str, expression: Expression, summary: Summary,
         prepared = base.prepare(sql, epsilon=EPSILON)
     except Error:
         summary.refused += 1
-        return
-    base_work = text_work(base, expression)
+        return None
     base_time = _timed(base, prepared) if timed else 0.0
+    base_work = None
     for theme, session in worlds.sessions.items():
         try:
             if timed and theme != "base":
                 elapsed = _timed(session, prepared)
             else:
                 answer(session, prepared)
+            counted = work(session, prepared)
         except ExecutionFailed as exc:
             summary.findings.append(Finding(sql, theme, "error after acceptance", str(exc)))
             continue
         except Exception as exc:  # a crash: any other exception
             summary.findings.append(Finding(sql, theme, "crash", f"{type(exc).__name__}: {exc}"))
             continue
-        if theme != "base":
-            work = text_work(session, expression)
-            summary.work_ratios.append((work / max(base_work, 1), theme, sql))
-            summary.work_absolute.append((float(work), theme, sql))
+        if theme == "base":
+            base_work = counted
+        elif base_work is not None:
+            summary.work_ratios.append((counted / max(base_work, 1), theme, sql))
+            summary.work_absolute.append((float(counted), theme, sql))
+            summary.work_added.append((float(counted - base_work), theme, sql))
             if timed:
                 summary.time_ratios.append((elapsed / base_time, theme, sql))
+    return prepared
 
 
 def _timed(session: PrivateSession, prepared: PreparedQuery, repeats: int = 3) -> float:
@@ -406,7 +435,7 @@ def fuzz(worlds: Worlds, n: int, seed: int, timed: bool = False, nested: bool = 
     summary = Summary()
     for _ in range(n):
         sql, expression = grammar.nested_query() if nested else grammar.pair_query() if paired else grammar.query()
-        run_case(worlds, sql, expression, summary, timed)
+        run_case(worlds, sql, lambda session, _, e=expression: text_work(session, e), summary, timed)
     return summary
 
 

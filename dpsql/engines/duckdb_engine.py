@@ -14,6 +14,7 @@ import glob
 import hashlib
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -176,11 +177,26 @@ class DuckDBEngine(Engine):
         but should anything else ever slip through, it could not change the tables for later queries. A query
         that runs longer than the policy's time limit is interrupted, and fails like any other.
         """
+        with self._on_data():
+            return self._fetch_exact(sql)
+
+    def analyzed_plan(self, sql: str) -> str:
+        """DuckDB's profile of a bounded query run on the data (EXPLAIN ANALYZE, as JSON): its operators, each with
+        the rows it produced. It reads the data and is never part of an answer: it is for the tests and benchmarks
+        that count the work one person's rows cause (benchmarks/attacks/differential_joins.py). It runs as `run`
+        does; EXPLAIN ANALYZE profiles the one statement, with no setting changed, under the locked configuration."""
+        with self._on_data():
+            return str(self._con.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}").fetchall()[0][1])
+
+    @contextlib.contextmanager
+    def _on_data(self) -> Iterator[None]:
+        """Hold the engine for one statement on the data: under the time limit, in a transaction always rolled
+        back, any DuckDB failure turned into the one generic ExecutionFailed."""
         with self._lock:
             self._con.execute("BEGIN TRANSACTION")
             try:
                 with self._watchdog.running():
-                    return self._fetch_exact(sql)
+                    yield
             except duckdb.Error:
                 raise ExecutionFailed() from None
             finally:
