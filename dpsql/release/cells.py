@@ -89,7 +89,7 @@ def release_no_groups(plan: QueryPlan) -> ReleasedCells:
 def _outputs(plan: QueryPlan, keys: list[tuple[Any, ...]], noisy: np.ndarray) -> ReleasedCells:
     """Each aggregate's value, interval and std from the noisy measurements of the released groups."""
     cells = NoisyCells(plan.measurements, noisy)
-    columns = [aggregate(recipe.call).estimate(recipe, cells) for recipe in plan.recipes]
+    columns = [aggregate(recipe.call).release(recipe, cells) for recipe in plan.recipes]
     shape = (len(keys), len(columns))
     stack = [np.array([c[k] for c in columns]).T.reshape(shape) for k in range(4)]
     return ReleasedCells(keys, *stack)
