@@ -27,7 +27,7 @@ from dpsql.rewrite.quantile_buckets import vector
 @dataclass(frozen=True)
 class ReleasedCells:
     keys: list[tuple[Any, ...]]  # one tuple of group-key values per released group, in a data-independent order
-    values: np.ndarray  # groups x aggregates
+    values: np.ndarray  # groups x aggregates; NaN for a NULL cell (Aggregate.release), with NaN interval and std
     lows: np.ndarray
     highs: np.ndarray
     stds: np.ndarray

@@ -56,7 +56,7 @@ class PostProcessor:
         casts.append(names.POSITION)
         for j, call in enumerate(query.aggregates):
             # The type the analyst's SQL gives the call (the value is already in its range and, for an integer
-            # type, whole: Aggregate.release).
+            # type, whole: Aggregate.release); a NaN, a NULL cell, reaches DuckDB as NULL.
             value = names.aggregate(j)
             casts.append(f"CAST({value} AS {call.type}) AS {value}")
             casts += [names.aggregate(j, part) for part in ("lo", "hi", "sd")]
@@ -114,7 +114,7 @@ def _project(query: CheckedQuery, columns: list[tuple[bool, int]], key_types: li
                 std.append(None)
             else:
                 value = float(cells.values[g, i])
-                row.append(int(value) if integer[i] else value)
+                row.append(None if math.isnan(value) else int(value) if integer[i] else value)
                 interval.append(_ends(float(cells.lows[g, i]), float(cells.highs[g, i])))
                 spread = float(cells.stds[g, i])
                 std.append(None if math.isnan(spread) else spread)  # a quantile's error is not additive noise

@@ -170,9 +170,19 @@ class Aggregate(ABC):
         """The released value, 95% interval and noise std of every group: post-processing of the noisy cells."""
 
     def release(self, recipe: OutputRecipe, cells: NoisyCells) -> Estimate:
-        """`estimate`, as the cells are released: in the type the analyst's SQL gives the call (AggregateCall.type).
-        Post-processing of the noisy cells."""
-        return in_type(self.estimate(recipe, cells), recipe.call.type)
+        """`estimate`, as the cells are released: in the type the analyst's SQL gives the call (AggregateCall.type),
+        and NULL (NaN) where the noisy count of the values says there are none to aggregate (`empty`). Both are
+        post-processing of the noisy cells."""
+        estimate = in_type(self.estimate(recipe, cells), recipe.call.type)
+        empty = self.empty(recipe, cells)
+        if not empty.any():
+            return estimate
+        return Estimate(*(np.where(empty, math.nan, part) for part in estimate))
+
+    def empty(self, recipe: OutputRecipe, cells: NoisyCells) -> np.ndarray:
+        """The groups where the cell is NULL, as SQL's aggregate over no values is: none, unless the kind has a
+        noisy count of its values to tell."""
+        return np.zeros(cells.groups, dtype=bool)
 
     @abstractmethod
     def formula(self, recipe: OutputRecipe, measurements: Sequence[Measurement]) -> tuple[str, str]:
@@ -238,6 +248,11 @@ def in_type(estimate: Estimate, kind: str) -> Estimate:
         value = np.round(value)
         low, high = np.minimum(value, np.ceil(low)), np.maximum(value, np.floor(high))
     return Estimate(*(np.clip(part, lowest, highest) for part in (value, low, high)), std)
+
+
+def rounded_count(count: np.ndarray) -> np.ndarray:
+    """A noisy count as COUNT releases it (in_type of BIGINT, at least 0): the count an empty group is judged by."""
+    return np.maximum(np.round(count), 0.0)
 
 
 def counted_rows(call: AggregateCall) -> MeasurementSpec:
