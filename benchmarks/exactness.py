@@ -44,7 +44,7 @@ from dpsql.errors import Error
 from dpsql.session import PrivateSession
 
 EPSILON = 1e12
-BUDGET = Budget(epsilon=1e15, delta=1e-6, query_epsilon=EPSILON, query_delta=1e-8)
+BUDGET = Budget(epsilon=1e15, delta=1e-2, query_epsilon=EPSILON, query_delta=1e-8)  # delta: 1e6 grouped queries
 MAX_ROWS = 5
 RELATIVE = 1e-9  # a double's tolerance (module docstring)
 DEPARTMENTS = ("a", "b", "c", "d", "z")  # declared; no visit is in 'z': an empty declared group
