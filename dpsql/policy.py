@@ -76,6 +76,14 @@ class ColumnPolicy:
     # The same value on every row of a unit (a patient's sex or birth year): checked at load. A row filter on such
     # columns only keeps or drops whole units, so a query can cap each unit by the rank prepared at load.
     per_unit: bool = False
+    # A derived column's DuckDB type as the analyst's SQL has it, where it is not `type`'s: a per-unit SUM of
+    # integers is HUGEINT in DuckDB, though dpsql computes it as a DOUBLE (analysis/written_types.py).
+    written_type: str = ""
+
+    @property
+    def sql_type(self) -> str:
+        """The DuckDB type the analyst's SQL gives the column."""
+        return self.written_type or self.type.duckdb
 
     @property
     def text_length(self) -> int:

@@ -140,16 +140,24 @@ def test_95_percent_intervals_cover_95_percent(pums_session, sql: str, column: i
     correct interval falls outside that band with probability below 1e-4. The epsilon is small enough that the
     count's scale (about 40) spans many integers; at tiny scales integer noise makes count intervals conservative
     (coverage above 95%). AVG, VAR and STDDEV use fiducial intervals, which hold their coverage even where the
-    noise is large against the count (the delta method they replaced fell to 85% and rose to 97% there)."""
+    noise is large against the count (the delta method they replaced fell to 85% and rose to 97% there).
+
+    A cell whose noisy count rounds to 0 is NULL, without an interval (README, "Empty groups"): coverage is that of
+    the released cells. Where some cells are NULL, those left are the ones with the larger noisy counts, and their
+    intervals cover more: VAR_POP at epsilon 0.01 is NULL in 24% of the releases and covers 97.4% of the others, so
+    there only the lower end of the band is asserted."""
     runs = 4_000
     _, truth, releases = _replay(pums_session, sql, epsilon, runs, 77)
-    covered = total = 0
+    covered = released_cells = total = 0
     for released in releases:
         lows, highs = released.lows[:, column], released.highs[:, column]
         exact = truth.values[:, column]
-        covered += int(((lows <= exact) & (exact <= highs)).sum())
+        shown = ~np.isnan(released.values[:, column])
+        covered += int(((lows <= exact) & (exact <= highs) & shown).sum())
+        released_cells += int(shown.sum())
         total += len(exact)
-    assert 0.94 <= covered / total <= 0.96, covered / total
+    assert covered / released_cells >= 0.94, covered / released_cells
+    assert released_cells < total or covered / released_cells <= 0.96, covered / released_cells
 
 
 def test_the_secure_source_reads_each_bit_once_and_rejects_out_of_range_draws(monkeypatch) -> None:

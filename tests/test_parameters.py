@@ -203,6 +203,6 @@ def test_importing_dpsql_opens_no_duckdb_connection() -> None:
     import subprocess
     import sys
 
-    probe = "import dpsql, dpsql.analysis.check as c; print(c._CONSTANTS._opened is None)"
+    probe = "import dpsql, dpsql.analysis.vetting as v; print(v.CONSTANTS._opened is None)"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "True"

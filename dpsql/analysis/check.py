@@ -29,7 +29,8 @@ from dpsql.analysis.quantile_calls import quantile_parts
 from dpsql.analysis.relation import Relation, resolve
 from dpsql.analysis.text_parameters import type_text_parameters
 from dpsql.analysis.typecheck import Kind, Typed, typed_expression
-from dpsql.analysis.vetting import ROW_NODES, ConstantChecker, describe, vet_row_expression
+from dpsql.analysis.vetting import CONSTANTS, ROW_NODES, describe, vet_row_expression
+from dpsql.analysis.written_types import COUNT_TYPE, written_type
 from dpsql.dp.interval import Interval
 from dpsql.errors import ProgrammingError, QueryRejected
 from dpsql.policy import ColumnType, Policy, TablePolicy
@@ -67,14 +68,16 @@ class AggregateCall:
     fraction: Fraction | None = None  # a quantile's q: the share of rows below the answer
     integer: bool = False  # whether the argument is a whole number on every row (a quantile's grid can be exact)
     cost: int = 0  # the work its argument costs on one row, at most (typecheck.py; 0 without an argument)
+    type: str = COUNT_TYPE  # the DuckDB type of the call as written: the released cell's (written_types.py)
 
     @functools.cached_property
     def text(self) -> str:
         return readable(self.node)
 
     @functools.cached_property
-    def key(self) -> tuple[str, str, Fraction | None]:
-        return self.kind, self.argument.sql(DIALECT) if self.argument is not None else "", self.fraction
+    def key(self) -> tuple[str, str, Fraction | None, str]:
+        # The type too: MEDIAN(x) and QUANTILE_DISC(x, 0.5) share their measurement but not their type.
+        return self.kind, self.argument.sql(DIALECT) if self.argument is not None else "", self.fraction, self.type
 
 
 @dataclass(frozen=True)
@@ -232,9 +235,6 @@ def written_output_names(parsed: ParsedQuery) -> tuple[str, ...]:
     return _output_names(_read_var(parsed.tree.copy()), parsed.sql)
 
 
-_CONSTANTS = ConstantChecker()
-
-
 def _check_constants(tree: exp.Select) -> None:
     """Every constant part of the query evaluates without error (see vetting.ConstantChecker)."""
     parts = [("SELECT", e) for e in tree.expressions]
@@ -245,7 +245,7 @@ def _check_constants(tree: exp.Select) -> None:
     if tree.args.get("order") is not None:
         parts += [("ORDER BY", item.this) for item in tree.args["order"].expressions]
     for clause, node in parts:
-        _CONSTANTS.check(node, clause)
+        CONSTANTS.check(node, clause)
 
 
 def _type_check(node: exp.Expression, table: TablePolicy, context: object, boolean: bool = False,
@@ -259,7 +259,7 @@ def _type_check(node: exp.Expression, table: TablePolicy, context: object, boole
     if numeric and typed.kind not in (Kind.INT, Kind.DOUBLE, Kind.DECIMAL, Kind.BOOL, Kind.NULL):
         raise QueryRejected(f"{context}: the argument is {typed.kind.value}: only numbers and booleans can be "
                             "summed or averaged")
-    _CONSTANTS.check(typed.node, context)
+    CONSTANTS.check(typed.node, context)
     return typed
 
 
@@ -428,7 +428,7 @@ def _engine_values(results: list[exp.Literal]) -> tuple[Any, ...] | None:
     choose = exp.Case(ifs=[exp.If(this=exp.column("i").eq(n), true=r.copy()) for n, r in enumerate(results[:-1])],
                       default=results[-1].copy())
     try:
-        rows = _CONSTANTS.evaluate(f"SELECT {choose.sql(DIALECT)} FROM range({len(results)}) AS t(i) ORDER BY i")
+        rows = CONSTANTS.evaluate(f"SELECT {choose.sql(DIALECT)} FROM range({len(results)}) AS t(i) ORDER BY i")
     except duckdb.Error:
         return None
     return tuple(dict.fromkeys(row[0] for row in rows))
@@ -589,7 +589,8 @@ def _aggregate(node: exp.Expression, table: TablePolicy, vocabulary: Vocabulary,
     except Unbounded as exc:
         raise QueryRejected(f"{text}: {exc}") from None
     return AggregateCall(kind, argument, interval, _nullable(argument, table), node, fraction,
-                         integer=typed.kind in (Kind.INT, Kind.BOOL), cost=typed.cost)
+                         integer=typed.kind in (Kind.INT, Kind.BOOL), cost=typed.cost,
+                         type=written_type(node, table.columns, text))
 
 
 def _count(node: exp.Count, table: TablePolicy, text: _Place) -> AggregateCall:

@@ -32,6 +32,7 @@ from dpsql.analysis.public_facts import PublicFacts
 from dpsql.analysis.relation import JOINED, Relation, gated, resolve
 from dpsql.analysis.typecheck import Typed, total_expression
 from dpsql.analysis.vetting import may_fail, vet_row_expression
+from dpsql.analysis.written_types import written_type
 from dpsql.dp.fixedpoint import clamp, double, fixed_point, null_preserving
 from dpsql.dp.interval import Interval
 from dpsql.errors import ProgrammingError, QueryRejected
@@ -259,25 +260,25 @@ def _argument_column(kind: str, call: exp.Expression, argument: exp.Expression, 
     bare = argument.unnest() if isinstance(argument, exp.Paren) else argument
     nullable = not (isinstance(bare, exp.Column) and not table.columns[bare.name].nullable)
     steps = loaded_steps(bare, table, interval)
+    written = written_type(call, table.columns, place)  # what the outer query's SQL reads (HUGEINT for SUM(int))
     if kind == "SUM":
         derived = Interval(m * min(interval.lo, 0.0), m * max(interval.hi, 0.0))
-        return (ColumnPolicy(name, ColumnType.FLOAT, derived.lo, derived.hi, nullable=nullable),
-                _exact_sum(value, interval, steps=steps))
+        return (ColumnPolicy(name, ColumnType.FLOAT, derived.lo, derived.hi, nullable=nullable,
+                             written_type=written), _exact_sum(value, interval, steps=steps))
     if kind == "AVG":
-        return (ColumnPolicy(name, ColumnType.FLOAT, interval.lo, interval.hi, nullable=nullable),
-                _exact_sum(value, interval, average=True, steps=steps))
+        return (ColumnPolicy(name, ColumnType.FLOAT, interval.lo, interval.hi, nullable=nullable,
+                             written_type=written), _exact_sum(value, interval, average=True, steps=steps))
     integer = isinstance(bare, exp.Column) and table.columns[bare.name].type is ColumnType.INT
     values = tuple(range(int(interval.lo), int(interval.hi) + 1)) if integer and (
         interval.hi - interval.lo < MAX_DERIVED_DOMAIN) else None
     column_type = ColumnType.INT if integer else ColumnType.FLOAT
     aggregate = type(call)(this=value)
+    column = ColumnPolicy(name, column_type, interval.lo, interval.hi, values, nullable, written_type=written)
     if integer:
-        return (ColumnPolicy(name, column_type, interval.lo, interval.hi, values, nullable),
-                exp.cast(aggregate, exp.DataType.Type.BIGINT))
+        return column, exp.cast(aggregate, exp.DataType.Type.BIGINT)
     # -0.0 and 0.0 tie, and MIN/MAX keep whichever it meets first: the order of the rows, not the unit's values
     # (and on several threads other units' rows decide it). Adding 0.0 makes -0.0 the 0.0 it equals.
-    return (ColumnPolicy(name, column_type, interval.lo, interval.hi, values, nullable),
-            exp.Add(this=exp.cast(aggregate, exp.DataType.Type.DOUBLE), expression=double(0.0)))
+    return column, exp.Add(this=exp.cast(aggregate, exp.DataType.Type.DOUBLE), expression=double(0.0))
 
 
 def loaded_steps(argument: exp.Expression, table: TablePolicy, interval: Interval) -> exp.Expression | None:

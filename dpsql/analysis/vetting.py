@@ -170,6 +170,11 @@ class ConstantChecker:
                     self._evaluates.add(text)  # decided by the text alone, so it holds for every later query
 
 
+# The one constant checker: every query's constants are evaluated, and its aggregates typed (written_types.py), in
+# its sandbox. Locked: a server's sessions share it.
+CONSTANTS = ConstantChecker()
+
+
 def may_fail(node: exp.Expression, columns: Mapping[str, ColumnPolicy] | None = None) -> bool:
     """Whether the rewrite wraps `node` in TRY, as a second layer behind the type check: anything but a bare
     column or literal; given the table's `columns`, also anything but comparisons of numeric columns with each

@@ -27,7 +27,7 @@ from dpsql.rewrite.quantile_buckets import vector
 @dataclass(frozen=True)
 class ReleasedCells:
     keys: list[tuple[Any, ...]]  # one tuple of group-key values per released group, in a data-independent order
-    values: np.ndarray  # groups x aggregates
+    values: np.ndarray  # groups x aggregates; NaN for a NULL cell (Aggregate.release), with NaN interval and std
     lows: np.ndarray
     highs: np.ndarray
     stds: np.ndarray
@@ -89,7 +89,7 @@ def release_no_groups(plan: QueryPlan) -> ReleasedCells:
 def _outputs(plan: QueryPlan, keys: list[tuple[Any, ...]], noisy: np.ndarray) -> ReleasedCells:
     """Each aggregate's value, interval and std from the noisy measurements of the released groups."""
     cells = NoisyCells(plan.measurements, noisy)
-    columns = [aggregate(recipe.call).estimate(recipe, cells) for recipe in plan.recipes]
+    columns = [aggregate(recipe.call).release(recipe, cells) for recipe in plan.recipes]
     shape = (len(keys), len(columns))
     stack = [np.array([c[k] for c in columns]).T.reshape(shape) for k in range(4)]
     return ReleasedCells(keys, *stack)

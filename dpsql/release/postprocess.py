@@ -19,8 +19,8 @@ import numpy as np
 from sqlglot import exp
 
 from dpsql.analysis.check import AggregateCall, CheckedQuery
+from dpsql.analysis.typecheck import INTEGER_TYPES
 from dpsql.errors import ProgrammingError, first_line
-from dpsql.planning.aggregates import aggregate
 from dpsql.release.cells import ReleasedCells
 from dpsql.sql import names, sandbox
 from dpsql.sql.lossless import canonical_select, to_python
@@ -55,8 +55,10 @@ class PostProcessor:
         casts = [f"CAST({names.key(i)} AS {t}) AS {names.key(i)}" for i, t in enumerate(key_types)]
         casts.append(names.POSITION)
         for j, call in enumerate(query.aggregates):
+            # The type the analyst's SQL gives the call (the value is already in its range and, for an integer
+            # type, whole: Aggregate.release); a NaN, a NULL cell, reaches DuckDB as NULL.
             value = names.aggregate(j)
-            casts.append(f"CAST(round({value}) AS BIGINT) AS {value}" if _integer(call) else value)
+            casts.append(f"CAST({value} AS {call.type}) AS {value}")
             casts += [names.aggregate(j, part) for part in ("lo", "hi", "sd")]
         try:
             self._con.execute(f"CREATE OR REPLACE TABLE {names.NOISY_TABLE} AS SELECT {', '.join(casts)} "
@@ -83,10 +85,13 @@ class PostProcessor:
 
 
 def _plain_projection(query: CheckedQuery) -> list[tuple[bool, int]] | None:
-    """When the outer query only lists keys and aggregates (no HAVING, ORDER BY, LIMIT or arithmetic), its
-    columns as (is a key, index): the answer can be assembled without a round trip through DuckDB."""
+    """When the outer query only lists keys and aggregates (no HAVING, ORDER BY, LIMIT or arithmetic) of types
+    Python holds as a float or an int, its columns as (is a key, index): the answer can be assembled without a round
+    trip through DuckDB."""
     if any(query.outer.args.get(clause) for clause in ("where", "order", "limit", "offset")):
         return None
+    if not all(call.type == "DOUBLE" or _integer(call) for call in query.aggregates):
+        return None  # a DECIMAL or BOOLEAN cell: DuckDB's cast makes the value
     columns = []
     for item in query.outer.expressions:
         if not isinstance(item.this, exp.Column):
@@ -109,20 +114,20 @@ def _project(query: CheckedQuery, columns: list[tuple[bool, int]], key_types: li
                 std.append(None)
             else:
                 value = float(cells.values[g, i])
-                row.append(round(value) if integer[i] else value)
+                row.append(None if math.isnan(value) else int(value) if integer[i] else value)
                 interval.append(_ends(float(cells.lows[g, i]), float(cells.highs[g, i])))
                 spread = float(cells.stds[g, i])
                 std.append(None if math.isnan(spread) else spread)  # a quantile's error is not additive noise
         rows.append(tuple(row))
         intervals.append(tuple(interval))
         stds.append(tuple(std))
-    types = [key_types[i] if is_key else aggregate(query.aggregates[i]).output_type for is_key, i in columns]
+    types = [key_types[i] if is_key else query.aggregates[i].type for is_key, i in columns]
     return FinalRows(rows, intervals, stds, types)
 
 
 def _integer(call: AggregateCall) -> bool:
-    """Whether the aggregate's value is released as a whole number (BIGINT, not DOUBLE)."""
-    return aggregate(call).output_type == "BIGINT"
+    """Whether the aggregate is released as an integer (a whole number within its type: Aggregate.release)."""
+    return call.type in INTEGER_TYPES
 
 
 def _pair(row: tuple, width: int, i: int) -> tuple[float, float] | None:

@@ -48,6 +48,17 @@ def test_psycopg_binary_parameters_and_results(served) -> None:
         assert [d.type_code for d in cur.description] == [25, 20, 701]
 
 
+@pytest.mark.parametrize("binary", [False, True])
+def test_a_sum_of_integers_is_announced_and_sent_as_numeric(served, binary: bool) -> None:
+    """HUGEINT, as DuckDB types SUM(age): numeric (OID 1700) in RowDescription, a whole number in text and in
+    binary (pgjdbc asks for numeric in binary once a statement is prepared), and integer division stays integer."""
+    with psycopg.connect(dsn(served), autocommit=True) as conn, conn.cursor(binary=binary) as cur:
+        cur.execute("SELECT SUM(age), SUM(age) // 7, CAST(SUM(length_of_stay) AS VARCHAR), AVG(age) FROM visits")
+        assert [d.type_code for d in cur.description] == [1700, 1700, 25, 701]
+        total, sevenths, text, _ = cur.fetchone()
+        assert total == int(total) and sevenths == total // 7 and text == str(int(text))
+
+
 def test_rejected_query_gives_0A000_and_the_connection_stays_usable(served) -> None:
     with psycopg.connect(dsn(served)) as conn:
         before = len(charges(served.policy))

@@ -100,6 +100,8 @@ def encode_binary(value: Any, oid: int) -> bytes | None:
             return struct.pack({INT2: "!h", INT4: "!i", INT8: "!q"}[oid], int(value))
         if oid in (FLOAT4, FLOAT8):
             return struct.pack("!f" if oid == FLOAT4 else "!d", float(value))
+        if oid == NUMERIC and isinstance(value, int | decimal.Decimal) and not isinstance(value, bool):
+            return _encode_numeric(decimal.Decimal(value))
         if oid in (TEXT, VARCHAR):
             return str(value).encode("utf-8")
         if oid == DATE and type(value) is datetime.date:
@@ -113,7 +115,34 @@ def encode_binary(value: Any, oid: int) -> bytes | None:
 
 
 def binary_supported(oid: int) -> bool:
-    return oid in (BOOL, INT2, INT4, INT8, FLOAT4, FLOAT8, TEXT, VARCHAR, DATE, TIMESTAMP)
+    return oid in (BOOL, INT2, INT4, INT8, FLOAT4, FLOAT8, NUMERIC, TEXT, VARCHAR, DATE, TIMESTAMP)
+
+
+def _encode_numeric(value: decimal.Decimal) -> bytes:
+    """PostgreSQL's binary numeric (read back by `_numeric`): base-10000 digits around the decimal point, the weight
+    of the first, a sign and the display scale. A SUM of integers (HUGEINT) and a DECIMAL travel so; pgjdbc asks for
+    numeric in binary once a statement is prepared."""
+    if value.is_nan():
+        return struct.pack("!hhHH", 0, 0, 0xC000, 0)
+    if not value.is_finite():
+        raise ValueError("an infinite numeric has no binary form here")
+    whole, _, fraction = format(abs(value), "f").partition(".")
+    scale = len(fraction)
+    whole = whole.lstrip("0")
+    whole = "0" * (-len(whole) % 4) + whole
+    fraction = fraction + "0" * (-len(fraction) % 4)
+    groups = [int(whole[i:i + 4]) for i in range(0, len(whole), 4)] + \
+        [int(fraction[i:i + 4]) for i in range(0, len(fraction), 4)]
+    weight = len(whole) // 4 - 1
+    while groups and groups[0] == 0:  # leading zero groups of a number below 1
+        groups.pop(0)
+        weight -= 1
+    while groups and groups[-1] == 0:
+        groups.pop()
+    if not groups:
+        weight = 0
+    sign = 0x4000 if value.is_signed() and groups else 0
+    return struct.pack(f"!hhHH{len(groups)}H", len(groups), weight, sign, scale, *groups)
 
 
 # ---- parameters in -----------------------------------------------------------------------------------------------

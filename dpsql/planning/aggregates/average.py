@@ -1,6 +1,8 @@
 """AVG(x) of a bounded argument: the center of the bounds plus a sum of centered values over a count,
-AVG = mid + S' / N', clamped to the bounds (a noisy count below 1 counts as 1); or the same from the argument's
-pair of complementary sums, S' = (ABOVE - BELOW) / 2 and N' = (ABOVE + BELOW) / (hi - lo) (measurements.Pair)."""
+AVG = mid + S' / N', clamped to the bounds (a noisy count between 1/2 and 1 counts as 1); or the same from the
+argument's pair of complementary sums, S' = (ABOVE - BELOW) / 2 and N' = (ABOVE + BELOW) / (hi - lo)
+(measurements.Pair). Where N' rounds to 0, as COUNT(x) would be released, the cell is NULL: SQL's AVG of no values
+(README, "Empty groups")."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from dpsql.planning.aggregates.base import (
     NoisyCells,
     counted_rows,
     number,
+    rounded_count,
 )
 from dpsql.planning.measurements import Measurement, Measures, OutputRecipe
 
@@ -52,18 +55,28 @@ class Average(Aggregate):
             return self.interval_method(recipe).estimate(list(recipe.pair), _average_of_pair(recipe), cells)
         return self.interval_method(recipe).estimate([recipe.count, recipe.total], _average(recipe), cells)
 
+    def empty(self, recipe: OutputRecipe, cells: NoisyCells) -> np.ndarray:
+        """NULL where COUNT(x), released from the same noisy count, would be 0: nothing to average."""
+        if recipe.pair is not None:
+            above, below = recipe.pair
+            count = (cells.real(above) + cells.real(below)) / recipe.point.width
+        else:
+            count = cells.real(recipe.count)
+        return rounded_count(count) < 1
+
     def formula(self, recipe: OutputRecipe, measurements: Sequence[Measurement]) -> tuple[str, str]:
         interval = recipe.point.interval
         if recipe.pair is not None:
             above, below = recipe.pair
             spread = SUMMED_NOISE.spread(((0.5, above), (-0.5, below)), measurements)[0]  # the centered sum's
             return (f"{number(recipe.point.center_value)} + (m{above} - m{below}) / 2 / ((m{above} + m{below}) / "
-                    f"{number(recipe.point.width)}), clamped to [{number(interval.lo)}, {number(interval.hi)}]",
-                    f"about +/-{number(spread)} / count")
+                    f"{number(recipe.point.width)}), clamped to [{number(interval.lo)}, {number(interval.hi)}], "
+                    "NULL where that count rounds to 0", f"about +/-{number(spread)} / count")
         total = measurements[recipe.total]
         width = total.mechanism.half_width(LEVEL) * float(total.spec.step)
         return (f"{number(recipe.point.center_value)} + m{recipe.total} / m{recipe.count}, clamped to "
-                f"[{number(interval.lo)}, {number(interval.hi)}]", f"about +/-{number(width)} / count")
+                f"[{number(interval.lo)}, {number(interval.hi)}], NULL where m{recipe.count} rounds to 0",
+                f"about +/-{number(width)} / count")
 
 
 def _average(recipe: OutputRecipe) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:

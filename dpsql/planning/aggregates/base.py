@@ -15,12 +15,13 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 from sqlglot import exp
 
 from dpsql.analysis.check import AggregateCall, AggregateKind
+from dpsql.analysis.written_types import released_range
 from dpsql.dp.confidence import fiducial_interval, gaussian_sum_half_width, laplace_sum_half_width
 from dpsql.dp.fixedpoint import FixedPoint, fixed_point
 from dpsql.dp.mechanisms import GaussianMechanism
@@ -147,7 +148,6 @@ class Aggregate(ABC):
     kind: AggregateKind
     listed_as: str  # how the message refusing an unsupported aggregate lists it among the supported ones
     functions: tuple[type[exp.Expression], ...] = ()  # the sqlglot calls that ask for it (COUNT: see check.py)
-    output_type: Literal["BIGINT", "DOUBLE"] = "DOUBLE"  # the DuckDB type of its released value
     # Whether the planner compares two ways of measuring it, plain (one uncentered sum) or centered (a centered
     # sum and a count), and keeps the one with the smaller expected error.
     measured_two_ways: bool = False
@@ -169,6 +169,21 @@ class Aggregate(ABC):
     def estimate(self, recipe: OutputRecipe, cells: NoisyCells) -> Estimate:
         """The released value, 95% interval and noise std of every group: post-processing of the noisy cells."""
 
+    def release(self, recipe: OutputRecipe, cells: NoisyCells) -> Estimate:
+        """`estimate`, as the cells are released: in the type the analyst's SQL gives the call (AggregateCall.type),
+        and NULL (NaN) where the noisy count of the values says there are none to aggregate (`empty`). Both are
+        post-processing of the noisy cells."""
+        estimate = in_type(self.estimate(recipe, cells), recipe.call.type)
+        empty = self.empty(recipe, cells)
+        if not empty.any():
+            return estimate
+        return Estimate(*(np.where(empty, math.nan, part) for part in estimate))
+
+    def empty(self, recipe: OutputRecipe, cells: NoisyCells) -> np.ndarray:
+        """The groups where the cell is NULL, as SQL's aggregate over no values is: none, unless the kind has a
+        noisy count of its values to tell."""
+        return np.zeros(cells.groups, dtype=bool)
+
     @abstractmethod
     def formula(self, recipe: OutputRecipe, measurements: Sequence[Measurement]) -> tuple[str, str]:
         """For explain: how the value follows from the measurements, and what to say of the interval's size."""
@@ -176,7 +191,15 @@ class Aggregate(ABC):
     def explain(self, recipe: OutputRecipe, measurements: Sequence[Measurement]) -> str:
         value, size = self.formula(recipe, measurements)
         interval = " ".join(part for part in (f"{LEVEL:.0%} interval", size) if part)
-        return f"{value}; {interval} ({self.interval_method(recipe).name})"
+        return f"{value}{released_as(recipe.call.type)}; {interval} ({self.interval_method(recipe).name})"
+
+
+def released_as(kind: str) -> str:
+    """What explain adds to a value's formula for its type (in_type): nothing for a DOUBLE."""
+    limits = released_range(kind)
+    if limits is None:
+        return ""
+    return f", rounded to a {kind}" if limits[2] else f", as a {kind}"
 
 
 class LinearAggregate(Aggregate):
@@ -208,6 +231,28 @@ class LinearAggregate(Aggregate):
     def width(self, recipe: OutputRecipe, measurements: Sequence[Measurement]) -> float:
         """The half-width of the interval, the same for every group."""
         return self.interval_method(recipe).spread(self.terms(recipe), measurements)[0]
+
+
+def in_type(estimate: Estimate, kind: str) -> Estimate:
+    """An estimate as a value of the DuckDB type `kind`, within its range (a noisy sum of large integers could leave
+    a BIGINT's, and the cast would fail after the charge). A type of whole numbers (integers, BOOLEAN) takes the
+    value rounded, and the whole numbers within the interval, widened to hold that value: the true value is a whole
+    number, so the interval holds it exactly when the unrounded one does. (A count or sum measured with integer
+    noise on an integer grid is already whole.) Rounding is half to even, as numpy does: post-processing either way."""
+    limits = released_range(kind)
+    if limits is None:
+        return estimate
+    lowest, highest, whole = limits
+    value, low, high, std = estimate
+    if whole:
+        value = np.round(value)
+        low, high = np.minimum(value, np.ceil(low)), np.maximum(value, np.floor(high))
+    return Estimate(*(np.clip(part, lowest, highest) for part in (value, low, high)), std)
+
+
+def rounded_count(count: np.ndarray) -> np.ndarray:
+    """A noisy count as COUNT releases it (in_type of BIGINT, at least 0): the count an empty group is judged by."""
+    return np.maximum(np.round(count), 0.0)
 
 
 def counted_rows(call: AggregateCall) -> MeasurementSpec:

@@ -5,17 +5,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import numpy as np
-
 from dpsql.analysis.check import COUNT, AggregateCall
 from dpsql.planning.aggregates.base import (
     LONE_QUANTILE,
     PAIRED_COUNTS,
     SUMMED_NOISE,
-    Estimate,
     LinearAggregate,
     LinearInterval,
-    NoisyCells,
     Terms,
     counted_rows,
     counting_pair,
@@ -25,9 +21,12 @@ from dpsql.planning.measurements import Measurement, MeasurementKind, Measuremen
 
 
 class Count(LinearAggregate):
+    """Released as a BIGINT (AggregateCall.type): a whole number, its interval the whole numbers within the
+    unrounded one (base.in_type); a pair's noise is continuous, so that interval's ends are not whole numbers, and at
+    large epsilon it can be narrower than one."""
+
     kind = COUNT
     listed_as = "COUNT"
-    output_type = "BIGINT"
 
     def recipe(self, call: AggregateCall, max_rows: int, measures: Measures, plain: bool) -> OutputRecipe:
         found = counting_pair(call, measures)
@@ -60,18 +59,9 @@ class Count(LinearAggregate):
     def limits(self, recipe: OutputRecipe) -> tuple[float, float]:
         return 0.0, math.inf
 
-    def estimate(self, recipe: OutputRecipe, cells: NoisyCells) -> Estimate:
-        """A count is released as a whole number, and so is its interval: the whole numbers within it, widened to
-        hold the released value if they do not (a pair's noise is continuous, so its interval's ends are not whole
-        numbers, and at large epsilon it can be narrower than one). The true count is a whole number: the interval
-        holds it exactly when the unrounded one does. Counts measured with integer noise are unchanged."""
-        value, low, high, std = super().estimate(recipe, cells)
-        value = np.round(value)
-        return Estimate(value, np.minimum(value, np.ceil(low)), np.maximum(value, np.floor(high)), std)
-
     def formula(self, recipe: OutputRecipe, measurements: Sequence[Measurement]) -> tuple[str, str]:
         value = " + ".join(f"m{i}" for _, i in self.terms(recipe))
         whole = ""
         if recipe.linear:  # a pair's sums over hi - lo, with an interval of fractional ends
             value, whole = f"({value}) / {number(1 / recipe.linear[0][0])}", " (its whole numbers)"
-        return f"{value}, at least 0, rounded", f"+/-{number(self.width(recipe, measurements))}{whole}"
+        return f"{value}, at least 0", f"+/-{number(self.width(recipe, measurements))}{whole}"

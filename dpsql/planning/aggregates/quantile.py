@@ -19,7 +19,7 @@ from sqlglot import exp
 from dpsql.analysis.check import AggregateCall, AggregateKind
 from dpsql.analysis.quantile_calls import QUANTILE_CALLS
 from dpsql.dp.quantile import QuantileRelease, grid_for
-from dpsql.planning.aggregates.base import Aggregate, Estimate, IntervalMethod, NoisyCells
+from dpsql.planning.aggregates.base import Aggregate, Estimate, IntervalMethod, NoisyCells, released_as
 from dpsql.planning.measurements import Measurement, MeasurementKind, MeasurementSpec, Measures, OutputRecipe
 
 
@@ -67,7 +67,7 @@ class Quantile(Aggregate):
     def explain(self, recipe: OutputRecipe, measurements: Sequence[Measurement]) -> str:
         """Without an interval the mechanism's description says so, and no interval method is named."""
         if not getattr(measurements[recipe.count].mechanism, "interval_share", 1):
-            return self.formula(recipe, measurements)[0]
+            return self.formula(recipe, measurements)[0] + released_as(recipe.call.type)
         return super().explain(recipe, measurements)
 
 

@@ -1,6 +1,7 @@
 """VAR_SAMP, VAR_POP, STDDEV_SAMP and STDDEV_POP of a bounded argument, from a count, a sum of centered values
 and a sum of their centered squares: VAR = Q/N + C - (S/N)^2, clamped to what the bounds allow, times
-N/(N-1) for a sample variance; a standard deviation is its square root."""
+N/(N-1) for a sample variance; a standard deviation is its square root. NULL where the noisy count rounds below
+the values SQL needs (1, or 2 for a sample variance): README, "Empty groups"."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from dpsql.planning.aggregates.base import (
     Fiducial,
     NoisyCells,
     counted_rows,
+    rounded_count,
 )
 from dpsql.planning.measurements import Measurement, MeasurementKind, MeasurementSpec, Measures, OutputRecipe
 
@@ -55,6 +57,11 @@ class Spread(Aggregate):
         output = self._output(square_center, recipe.point.interval.half_width**2)
         return self.interval_method(recipe).estimate([recipe.count, recipe.total, recipe.squares], output, cells)
 
+    def empty(self, recipe: OutputRecipe, cells: NoisyCells) -> np.ndarray:
+        """NULL where COUNT(x), released from the same noisy count, would be 0, or 1 for a sample variance: as
+        DuckDB's VAR_SAMP and STDDEV_SAMP of one value, SQL's spread of too few values is NULL."""
+        return rounded_count(cells.real(recipe.count)) < (2 if self.sample else 1)
+
     def _output(self, square_center: float, ceiling: float) -> Callable[..., np.ndarray]:
         sample, root = self.sample, self.root
 
@@ -71,7 +78,7 @@ class Spread(Aggregate):
 
     def formula(self, recipe: OutputRecipe, measurements: Sequence[Measurement]) -> tuple[str, str]:
         return (f"from m{recipe.squares} (squares), m{recipe.total} and m{recipe.count}, clamped to what the bounds "
-                "allow", "")
+                f"allow, NULL where m{recipe.count} rounds below {2 if self.sample else 1}", "")
 
 
 VAR_SAMP = Spread(kind=AggregateKind("var_samp"), listed_as="VAR", functions=(exp.Variance,), sample=True, root=False)
