@@ -22,6 +22,7 @@ from dpsql.analysis.public_query import public_sql
 from dpsql.dp.noise import RandomSource, SecureRandom
 from dpsql.engines.base import Engine
 from dpsql.engines.duckdb_engine import DuckDBEngine
+from dpsql.engines.progress import SILENT, Progress
 from dpsql.errors import DataError, ExecutionFailed, ProgrammingError
 from dpsql.planning.accuracy import budget_for_accuracy
 from dpsql.planning.aggregates import VOCABULARY
@@ -257,13 +258,15 @@ class PrivateSession:
         return Budget(value, exact(budget.query_delta), budget.accounting, budget.mechanism, bool(intervals))
 
 
-def build_engine(policy: Policy, *, bounding_seed: int | None = None, threads: int | None = None) -> Engine:
-    """The engine the policy's `[engine] kind` names. Spark is imported only when asked for: it is optional."""
+def build_engine(policy: Policy, *, bounding_seed: int | None = None, threads: int | None = None,
+                 progress: Progress = SILENT) -> Engine:
+    """The engine the policy's `[engine] kind` names, telling `progress` of each long step of its load (the DuckDB
+    engine; Spark logs its own). Spark is imported only when asked for: it is optional."""
     if policy.engine.kind == "spark":
         from dpsql.engines.spark_engine import SparkEngine
 
         return SparkEngine(policy, bounding_seed=bounding_seed)
-    return DuckDBEngine(policy, bounding_seed=bounding_seed, threads=threads)
+    return DuckDBEngine(policy, bounding_seed=bounding_seed, threads=threads, progress=progress)
 
 
 def _epsilon(value: Any) -> Fraction:

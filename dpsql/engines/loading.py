@@ -8,6 +8,7 @@ from __future__ import annotations
 import duckdb
 from sqlglot import exp
 
+from dpsql.engines.progress import SILENT, Percent, Progress
 from dpsql.errors import PolicyError, first_line
 from dpsql.policy import TablePolicy
 from dpsql.rewrite.bounding import cleaned_rows, later_rows, prepared_rows, varying_units
@@ -19,10 +20,13 @@ from dpsql.sql.parse import DIALECT
 class TableLoader:
     """Loads tables into `con` (whose twin schema exists); errors name the policy, the table and the key."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, policy_name: str, portable: bool = False) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, policy_name: str, portable: bool = False,
+                 progress: Progress = SILENT, percent: Percent | None = None) -> None:
         self.con = con
         self.policy_name = policy_name
         self.portable = portable  # rank by bounding.portable_key, as the Spark engine does (see `portable_ranks`)
+        self.progress = progress  # told of each step (engines/progress.py); `percent` says how far one has gone
+        self.percent = percent
 
     def load(self, table: TablePolicy, salt: int) -> None:
         found = self._source_columns(table, self._source(table, typed=False))
@@ -34,7 +38,11 @@ class TableLoader:
         source = self._source(table)
         rows = cleaned_rows(table, source) if table.public else prepared_rows(table, source, salt, self.portable)
         try:
-            self.con.execute(f"CREATE TABLE {prepared_table(table.name)} AS {rows.sql(DIALECT)}")
+            with self.progress.step(f"reading {table.source.pattern} into table {table.name}", self.percent) as step:
+                self.con.execute(f"CREATE TABLE {prepared_table(table.name)} AS {rows.sql(DIALECT)}")
+                if self.progress.detailed:  # the steward's: the data's size is theirs to see
+                    count = self.con.execute(f"SELECT COUNT(*) FROM {prepared_table(table.name)}").fetchone()[0]
+                    step.result = f"{count:,} rows"
         except duckdb.Error as exc:
             self._fail(table, "source", f"cannot load {table.source.pattern!r} with the declared column types: "
                                         f"{self._column_hint(table)} ({type(exc).__name__})")
@@ -48,7 +56,8 @@ class TableLoader:
         tables = [prepared_table(table.name)]
         later = None if table.public else later_rows(table, prepared_table(table.name))
         if later is not None:
-            self.con.execute(f"CREATE TABLE {later_rows_table(table.name)} AS {later.sql(DIALECT)}")
+            with self.progress.step(f"listing the later rows of table {table.name}", self.percent):
+                self.con.execute(f"CREATE TABLE {later_rows_table(table.name)} AS {later.sql(DIALECT)}")
             tables.append(later_rows_table(table.name))
         for name in tables:
             self.con.execute(f"CREATE TABLE {TWIN_SCHEMA}.{name} AS SELECT * FROM {name} LIMIT 0")

@@ -20,9 +20,11 @@ from typing import Any
 
 import click
 
+from dpsql.engines.progress import Progress
 from dpsql.errors import BudgetExhausted, Error, PolicyError, ProgrammingError
 from dpsql.frontends.explain import explain
 from dpsql.frontends.format import FORMATS, render, summary, why_no_rows
+from dpsql.frontends.progress import for_stream
 from dpsql.frontends.skeleton import skeleton
 from dpsql.policy import load_policy
 from dpsql.session import PrivateSession
@@ -82,8 +84,21 @@ _accuracy_option = click.option("--accuracy", type=EpsilonType(), default=None,
 _ci_option = click.option("--ci", is_flag=True,
                           help="Show each noisy value's 95% confidence interval. A quantile (MEDIAN, MIN, ...) then "
                                "spends a quarter of its epsilon on its interval; without --ci its value has all.")
+_quiet_option = click.option("--quiet", "-q", is_flag=True,
+                             help="Show no progress on stderr (by default long steps are shown as they run).")
 _param_option = click.option("--param", "-p", "params", multiple=True,
                              help="A query parameter: VALUE for ? placeholders (in order), NAME=VALUE for :name.")
+
+
+def _analyst_progress(quiet: bool) -> Progress:
+    """An analyst's command shows elapsed time only: how far a scan of the private data has gone, or how many rows a
+    table has, is not theirs to see (frontends/progress.py)."""
+    return for_stream(sys.stderr, quiet=quiet, detailed=False)
+
+
+def _steward_progress(quiet: bool) -> Progress:
+    """The steward's commands (prepare, policy check, serve) show row counts and how far each step has gone."""
+    return for_stream(sys.stderr, quiet=quiet, detailed=True)
 
 
 def _parameters(params: tuple[str, ...]) -> list[TextParameter] | dict[str, TextParameter] | None:
@@ -114,14 +129,19 @@ def main() -> None:
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @_ci_option
 @_param_option
+@_quiet_option
 @_errors_as_messages
 def query(sql: str, policy: Path, epsilon: Fraction | float | None, accuracy: Fraction | float | None,
-          analyst: str | None, fmt: str, ci: bool, params: tuple[str, ...]) -> None:
+          analyst: str | None, fmt: str, ci: bool, params: tuple[str, ...], quiet: bool) -> None:
     """Run SQL privately: charge the budget, add calibrated noise, print the answer."""
-    session = PrivateSession(policy, analyst)
+    progress = _analyst_progress(quiet)
+    with progress.step("loading the tables"):
+        session = PrivateSession(policy, analyst)
     try:
         # A quantile's interval costs a quarter of its epsilon: measured only when it is shown.
-        result = session.execute(sql, _parameters(params), epsilon=epsilon, accuracy=accuracy, quantile_intervals=ci)
+        with progress.step("running the query"):
+            result = session.execute(sql, _parameters(params), epsilon=epsilon, accuracy=accuracy,
+                                     quantile_intervals=ci)
         click.echo(render(result, fmt, ci))
         reason = why_no_rows(result)
         if reason is not None:
@@ -138,11 +158,13 @@ def query(sql: str, policy: Path, epsilon: Fraction | float | None, accuracy: Fr
 @_accuracy_option
 @_ci_option
 @_param_option
+@_quiet_option
 @_errors_as_messages
 def explain_command(sql: str, policy: Path, epsilon: Fraction | float | None, accuracy: Fraction | float | None,
-                    ci: bool, params: tuple[str, ...]) -> None:
+                    ci: bool, params: tuple[str, ...], quiet: bool) -> None:
     """Show the rewritten SQL, each cell's mechanism, noise and interval, and the cost. Spends nothing."""
-    session = PrivateSession(policy)
+    with _analyst_progress(quiet).step("loading the tables"):
+        session = PrivateSession(policy)
     try:
         prepared = session.prepare(sql, _parameters(params), epsilon=epsilon, accuracy=accuracy,
                                    quantile_intervals=ci)
@@ -183,8 +205,9 @@ def budget(policy: Path, analyst: str | None, history: bool, init: bool) -> None
 
 @main.command()
 @_policy_option
+@_quiet_option
 @_errors_as_messages
-def prepare(policy: Path) -> None:
+def prepare(policy: Path, quiet: bool) -> None:
     """Build the policy's prepared store ([engine] store) if it is missing or stale: queries then attach it instead
     of loading every source again. The steward runs it after the data change (a query would otherwise build it)."""
     from dpsql.session import build_engine
@@ -194,7 +217,8 @@ def prepare(policy: Path) -> None:
         raise PolicyError(f"policy {loaded.path.name}: key '[engine] store': not set, so every query loads the "
                           f"sources itself; set `store = true` (beside the ledger) or a file name to prepare them")
     started = time.monotonic()
-    engine = build_engine(loaded)  # DuckDB's store file, or Spark's folder of Parquet ([engine] kind)
+    # DuckDB's store file, or Spark's folder of Parquet ([engine] kind)
+    engine = build_engine(loaded, progress=_steward_progress(quiet))
     engine.close()
     done = "built" if engine.store_built else "ready (already built for these sources and this policy)"
     click.echo(f"prepared store {loaded.store}: {done}" + (f" in {time.monotonic() - started:.1f} s"
@@ -230,13 +254,14 @@ def policy() -> None:
 
 @policy.command()
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@_quiet_option
 @_errors_as_messages
-def check(file: Path) -> None:
+def check(file: Path, quiet: bool) -> None:
     """Check a policy and load its tables: every problem is named with its table and key."""
     from dpsql.session import build_engine
 
     loaded = load_policy(file)
-    build_engine(loaded).close()
+    build_engine(loaded, progress=_steward_progress(quiet)).close()
     for table in loaded.tables.values():
         bounded = [c.name for c in table.columns.values() if c.bounded]
         public = [c.name for c in table.columns.values() if c.values is not None]
@@ -273,9 +298,10 @@ def check(file: Path) -> None:
               help="Seconds from connecting to logged in.")
 @click.option("--idle-timeout", default=3600.0, show_default=True, type=click.FloatRange(min=0),
               help="Seconds a client may stay silent (0: no limit).")
+@_quiet_option
 @_errors_as_messages
 def serve(policy: Path, host: str, port: int, tls_cert: Path | None, tls_key: Path | None, require_tls: bool,
-          max_connections: int, max_message: int, login_timeout: float, idle_timeout: float) -> None:
+          max_connections: int, max_message: int, login_timeout: float, idle_timeout: float, quiet: bool) -> None:
     """Serve the policy's tables over the PostgreSQL protocol: psql, drivers and BI tools log in as analysts."""
     import asyncio
     import logging
@@ -291,7 +317,7 @@ def serve(policy: Path, host: str, port: int, tls_cert: Path | None, tls_key: Pa
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
     async def run() -> None:
-        server = DpsqlServer(load_policy(policy), config)
+        server = DpsqlServer(load_policy(policy), config, progress=_steward_progress(quiet))
         await server.start()
         click.echo(f"dpsql: serving {policy} on {host}:{server.port}{' (TLS)' if tls else ''}", err=True)
         try:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 import itertools
 import logging
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dpsql.engines.base import Engine
+from dpsql.engines.progress import SILENT, Progress
 from dpsql.errors import Error, ExecutionFailed, NotSupportedError, ProgrammingError
 from dpsql.frontends.explain import explain
 from dpsql.frontends.format import headers, records
@@ -114,8 +116,9 @@ class DpsqlServer:
     """The listening server. `await start()`, then `await serve_forever()` or `await close()`."""
 
     def __init__(self, policy: Policy, config: ServerConfig, *, engine: Engine | None = None,
-                 session_factory: Callable[..., PrivateSession] = PrivateSession) -> None:
+                 session_factory: Callable[..., PrivateSession] = PrivateSession, progress: Progress = SILENT) -> None:
         self.policy = policy
+        self.progress = progress  # the loading's, on the steward's stderr; nothing of it ever reaches a client
         self.config = config
         self.engine = engine
         self._owns_engine = engine is None
@@ -146,7 +149,8 @@ class DpsqlServer:
         if self.policy.answers is not None and self.answers is None:
             self.answers = AnswerStore(self.policy.answers)
         if self.engine is None:
-            self.engine = await asyncio.get_running_loop().run_in_executor(self.executor, build_engine, self.policy)
+            self.engine = await asyncio.get_running_loop().run_in_executor(
+                self.executor, functools.partial(build_engine, self.policy, progress=self.progress))
         self._server = await asyncio.start_server(self._accept, self.config.host, self.config.port,
                                                   limit=self.config.max_message + 1024)
         log.info("dpsql server listening on %s:%s", self.config.host, self.port)
