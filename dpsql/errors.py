@@ -100,6 +100,24 @@ class LedgerError(OperationalError):
     sqlstate = "58030"  # io_error
 
 
+class CannotListen(OperationalError):
+    """`dpsql serve` cannot listen on its address: the port is in use, needs privileges, or the host is unknown."""
+
+    exit_code = 69  # sysexits EX_UNAVAILABLE: a service the command needs is not available
+
+
+class NoTerminal(InterfaceError):
+    """A command would ask a question (a password), and there is no terminal to ask it on."""
+
+    exit_code = 66  # sysexits EX_NOINPUT: the input the command needs cannot be read
+
+
+class ServerSetupError(OperationalError):
+    """The server's own files (the TLS certificate and key) cannot be used."""
+
+    exit_code = 78  # sysexits EX_CONFIG: a configuration error
+
+
 class ExecutionFailed(OperationalError):
     """The engine failed while running a query on the data.
 
@@ -123,6 +141,7 @@ def first_line(exc: BaseException) -> str:
 
 __all__ = [
     "BudgetExhausted",
+    "CannotListen",
     "DataError",
     "DatabaseError",
     "Error",
@@ -131,10 +150,12 @@ __all__ = [
     "InterfaceError",
     "InternalError",
     "LedgerError",
+    "NoTerminal",
     "NotSupportedError",
     "OperationalError",
     "PolicyError",
     "ProgrammingError",
     "QueryRejected",
+    "ServerSetupError",
     "Warning",
 ]

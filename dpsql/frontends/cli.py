@@ -1,9 +1,12 @@
 """The `dpsql` command line. Errors are one line on stderr and an exit code, never a traceback.
 
-Exit codes: 0 answered; 1 a broken policy, ledger or engine failure; 2 a usage error (click's convention: a missing
-argument or option, a bad option value such as an --epsilon that is no number); 3 a query refused for lack of
-budget; 4 a query that cannot be answered (malformed, rejected, bad parameters, an epsilon the budget cannot take);
-70 an internal error (a bug: please report). Each error class carries its own code (`dpsql.errors`).
+Exit codes: 0 answered; 1 a broken policy, ledger or engine failure (and an aborted prompt); 2 a usage error
+(click's convention: a missing argument or option, a bad option value such as an --epsilon that is no number); 3 a
+query refused for lack of budget; 4 a query that cannot be answered (malformed, rejected, bad parameters, an epsilon
+the budget cannot take); from sysexits: 66 no terminal to ask a password on (`user add` without --password-stdin),
+69 the server cannot listen on its address (port in use, no privilege, unknown host), 78 the server's TLS
+certificate or key cannot be used; 70 an internal error (a bug: please report); 130 interrupted. Each error class
+carries its own code (`dpsql.errors`).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 import click
 
 from dpsql.engines.progress import Progress
-from dpsql.errors import BudgetExhausted, Error, PolicyError, ProgrammingError
+from dpsql.errors import BudgetExhausted, Error, NoTerminal, PolicyError, ProgrammingError
 from dpsql.frontends.explain import explain
 from dpsql.frontends.format import FORMATS, render, summary, why_no_rows
 from dpsql.frontends.progress import for_stream
@@ -48,6 +51,8 @@ def _errors_as_messages(command: Callable[..., Any]) -> Callable[..., Any]:
             _fail(f"{exc.label}: {exc}", exc.exit_code)
         except KeyboardInterrupt:
             _fail("interrupted", 130)
+        except click.Abort:  # end of input at a prompt (Ctrl-D): click's own code
+            _fail("aborted", 1)
         except Exception as exc:  # a bug: say so in one line unless asked for the traceback
             if os.environ.get("DPSQL_DEBUG"):
                 raise
@@ -346,6 +351,9 @@ def user_add(name: str, policy: Path, password_stdin: bool) -> None:
     store = UserStore.load(path, create=True)
     if password_stdin:
         password = sys.stdin.readline().removesuffix("\n").removesuffix("\r")
+    elif not sys.stdin.isatty():
+        raise NoTerminal(f"no terminal to ask the password of {name} on: give it on the first line of stdin with "
+                         "--password-stdin")
     else:
         password = click.prompt(f"password for {name}", hide_input=True, confirmation_prompt=True)
     new = store.add(name, password)

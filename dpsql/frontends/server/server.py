@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import hmac
 import itertools
 import logging
 import secrets
+import socket
 import ssl
 import struct
 from collections.abc import Callable, Sequence
@@ -32,7 +34,14 @@ from typing import Any, TypeVar
 
 from dpsql.engines.base import Engine
 from dpsql.engines.progress import SILENT, Progress
-from dpsql.errors import Error, ExecutionFailed, NotSupportedError, ProgrammingError
+from dpsql.errors import (
+    CannotListen,
+    Error,
+    ExecutionFailed,
+    NotSupportedError,
+    ProgrammingError,
+    ServerSetupError,
+)
 from dpsql.frontends.explain import explain
 from dpsql.frontends.format import headers, records
 from dpsql.frontends.server import protocol as pq
@@ -75,13 +84,23 @@ class Tls:
 
 
 def load_tls(cert: Path, key: Path) -> Tls:
+    """The server's TLS context from its PEM certificate and key; ServerSetupError naming the file if either cannot
+    be used."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(cert, key)
-    pem = Path(cert).read_text()  # the first certificate in the file is the server's own
-    start = pem.index("-----BEGIN CERTIFICATE-----")
-    end = pem.index("-----END CERTIFICATE-----", start) + len("-----END CERTIFICATE-----")
-    return Tls(context, end_point_hash(ssl.PEM_cert_to_DER_cert(pem[start:end])))
+    try:
+        context.load_cert_chain(cert, key)
+        pem = Path(cert).read_text()  # the first certificate in the file is the server's own
+        start = pem.index("-----BEGIN CERTIFICATE-----")
+        end = pem.index("-----END CERTIFICATE-----", start) + len("-----END CERTIFICATE-----")
+        der = ssl.PEM_cert_to_DER_cert(pem[start:end])
+    except ssl.SSLError:
+        raise ServerSetupError(f"cannot use the TLS certificate {cert} with the key {key}: they are not a PEM "
+                               "certificate and the private key that belongs to it") from None
+    except (OSError, ValueError) as exc:
+        problem = exc.strerror.lower() if isinstance(exc, OSError) and exc.strerror else "no PEM certificate in it"
+        raise ServerSetupError(f"cannot use the TLS certificate {cert}: {problem}") from None
+    return Tls(context, end_point_hash(der))
 
 
 class WireError(Exception):
@@ -151,8 +170,12 @@ class DpsqlServer:
         if self.engine is None:
             self.engine = await asyncio.get_running_loop().run_in_executor(
                 self.executor, functools.partial(build_engine, self.policy, progress=self.progress))
-        self._server = await asyncio.start_server(self._accept, self.config.host, self.config.port,
-                                                  limit=self.config.max_message + 1024)
+        try:
+            self._server = await asyncio.start_server(self._accept, self.config.host, self.config.port,
+                                                      limit=self.config.max_message + 1024)
+        except OSError as exc:
+            raise CannotListen(f"cannot listen on {self.config.host}:{self.config.port}: {_listen_problem(exc)}") \
+                from None
         log.info("dpsql server listening on %s:%s", self.config.host, self.port)
 
     async def serve_forever(self) -> None:
@@ -700,6 +723,19 @@ class Connection:
         else:
             raise pq.ProtocolViolation(f"invalid Close target {what!r}")
         self._send(pq.CLOSE_COMPLETE)
+
+
+def _listen_problem(exc: OSError) -> str:
+    """Why the server cannot listen, and what to change, in words."""
+    if isinstance(exc, socket.gaierror):
+        return "no such host: choose another --host"
+    if exc.errno == errno.EADDRINUSE:
+        return "the port is already in use (another server listens on it): stop it or choose another --port"
+    if exc.errno == errno.EACCES:
+        return "permission denied (ports below 1024 need privileges): choose another --port"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return "this machine has no such address: choose another --host"
+    return (exc.strerror or "the system refused").lower()
 
 
 def _formats(codes: list[int], count: int) -> list[int]:
