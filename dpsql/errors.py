@@ -6,6 +6,7 @@ Messages name the problem from the SQL and the policy only; none may carry a val
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import ClassVar
 
 
@@ -130,6 +131,16 @@ class ExecutionFailed(OperationalError):
 
     def __init__(self, message: str = MESSAGE) -> None:
         super().__init__(message)
+
+
+def shown(value: object) -> str:
+    """A number (or text) the user gave, written as they would write it in a message, never as Python's repr: an
+    exact rational is its decimal (-1, not Fraction(-1, 1)), text is quoted."""
+    if isinstance(value, Fraction):
+        return str(value.numerator) if value.denominator == 1 else f"{float(value):g}"
+    if isinstance(value, str):
+        return f"'{value}'"
+    return str(value)
 
 
 def first_line(exc: BaseException) -> str:

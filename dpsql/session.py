@@ -23,7 +23,7 @@ from dpsql.dp.noise import RandomSource, SecureRandom
 from dpsql.engines.base import Engine
 from dpsql.engines.duckdb_engine import DuckDBEngine
 from dpsql.engines.progress import SILENT, Progress
-from dpsql.errors import DataError, ExecutionFailed, ProgrammingError
+from dpsql.errors import DataError, ExecutionFailed, ProgrammingError, shown
 from dpsql.planning.accuracy import budget_for_accuracy
 from dpsql.planning.aggregates import VOCABULARY
 from dpsql.planning.plan import Budget, Cost, QueryPlan, plan
@@ -275,9 +275,9 @@ def _epsilon(value: Any) -> Fraction:
         raise DataError(f"epsilon must be a number, got {type(value).__name__}")
     number = float(value)
     if not math.isfinite(number) or number <= 0:
-        raise DataError(f"epsilon must be a finite number > 0, got {value!r}")
+        raise DataError(f"epsilon must be a finite number > 0, got {shown(value)}")
     if number < _MIN_EPSILON:
-        raise DataError(f"epsilon {value!r} is below {_MIN_EPSILON:g}: the noise would drown any answer")
+        raise DataError(f"epsilon {shown(value)} is below {_MIN_EPSILON:g}: the noise would drown any answer")
     return exact(value)
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import click
 
 from dpsql.engines.progress import Progress
-from dpsql.errors import BudgetExhausted, Error, NoTerminal, PolicyError, ProgrammingError
+from dpsql.errors import BudgetExhausted, Error, NoTerminal, PolicyError, ProgrammingError, first_line
 from dpsql.frontends.explain import explain
 from dpsql.frontends.format import FORMATS, render, summary, why_no_rows
 from dpsql.frontends.progress import for_stream
@@ -36,7 +36,8 @@ from dpsql.store.ledger import BudgetLedger, exact
 
 
 def _fail(message: str, code: int) -> None:
-    click.echo(f"dpsql: {message}", err=True)
+    """One line on stderr, whatever the message holds (a name the analyst wrote may hold a line break)."""
+    click.echo("dpsql: " + " ".join(message.split("\n")), err=True)
     sys.exit(code)
 
 
@@ -56,7 +57,8 @@ def _errors_as_messages(command: Callable[..., Any]) -> Callable[..., Any]:
         except Exception as exc:  # a bug: say so in one line unless asked for the traceback
             if os.environ.get("DPSQL_DEBUG"):
                 raise
-            _fail(f"internal error ({type(exc).__name__}: {exc}); set DPSQL_DEBUG=1 for details", 70)
+            _fail(f"internal error ({first_line(exc)}): a bug in dpsql; set DPSQL_DEBUG=1 for the details, and "
+                  "please report it", 70)
     return wrapper
 
 
