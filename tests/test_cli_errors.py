@@ -134,7 +134,8 @@ def test_bad_parameters_and_options_never_speak_python(visits_policy: Path) -> N
     sql = "SELECT COUNT(*) FROM visits WHERE age > ? AND visit_date > ? AND region = ?"
     for values in (("1e999", "2020-01-01", "north"), ("nan", "x", "y"), ("1", "2020-13-45", "\x00"),
                    ("", "", ""), ("1",), ("1", "2", "3", "4")):
-        code, _out, err = run("explain", sql, "--policy", str(visits_policy), *(part for v in values for part in ("-p", v)))
+        parameters = [part for value in values for part in ("-p", value)]
+        code, _out, err = run("explain", sql, "--policy", str(visits_policy), *parameters)
         assert code in (0, 4), (values, err)
         assert not PYTHON_SPEAK.search(err) and len(err.splitlines()) <= 1, (values, err)
     for options in (("--format", "xml"), ("--analyst",), ("--policy", str(visits_policy.parent / "none.toml"))):
