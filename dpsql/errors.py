@@ -6,12 +6,19 @@ Messages name the problem from the SQL and the policy only; none may carry a val
 
 from __future__ import annotations
 
+import builtins
 from fractions import Fraction
 from typing import ClassVar
 
 
-class Warning(Exception):
-    """PEP 249: important warnings."""
+class Warning(builtins.Warning):
+    """PEP 249: important warnings. A subclass of Python's own Warning (itself an Exception, as PEP 249 asks), so
+    that the DB-API can issue it with `warnings.warn` as well as list it in `Cursor.messages`."""
+
+
+class NoRowsReleased(Warning):
+    """A grouped query came back with no rows (and was charged): no group passed partition selection, or HAVING,
+    LIMIT or OFFSET removed every released one. The message says which, and what to change."""
 
 
 class Error(Exception):
@@ -161,6 +168,7 @@ __all__ = [
     "InterfaceError",
     "InternalError",
     "LedgerError",
+    "NoRowsReleased",
     "NoTerminal",
     "NotSupportedError",
     "OperationalError",

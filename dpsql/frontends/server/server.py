@@ -43,7 +43,7 @@ from dpsql.errors import (
     ServerSetupError,
 )
 from dpsql.frontends.explain import explain
-from dpsql.frontends.format import headers, records
+from dpsql.frontends.format import headers, records, why_no_rows
 from dpsql.frontends.server import protocol as pq
 from dpsql.frontends.server import types
 from dpsql.frontends.server.catalog import Catalog, is_catalog_query, parameter_count
@@ -537,7 +537,9 @@ class Connection:
         noisy = [c.noisy for c in result.columns]
         columns = _columns([c.name for c in result.columns], [c.type for c in result.columns], noisy, with_ci)
         rows = records(result, with_ci) if with_ci else result.rows
-        return Answer(columns, rows, f"SELECT {len(result.rows)}", notices=(notice,))
+        empty = why_no_rows(result)  # from the released answer only, as the CLI says it
+        notices = (notice,) if empty is None else (notice, f"dpsql: {empty}")
+        return Answer(columns, rows, f"SELECT {len(result.rows)}", notices=notices)
 
     async def _columns(self, statement: Statement, parameters: list[Any] | None) -> tuple[tuple[str, str], ...]:
         """The columns a statement returns, from the dry run only: nothing runs on the data, nothing is charged."""
