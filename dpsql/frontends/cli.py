@@ -28,7 +28,7 @@ from dpsql.errors import BudgetExhausted, Error, NoTerminal, PolicyError, Progra
 from dpsql.frontends.explain import explain
 from dpsql.frontends.format import FORMATS, render, summary, why_no_rows
 from dpsql.frontends.progress import for_stream
-from dpsql.frontends.skeleton import skeleton
+from dpsql.frontends.skeleton import skeleton, todos_left
 from dpsql.policy import load_policy
 from dpsql.session import PrivateSession
 from dpsql.sql.parse import TextParameter
@@ -264,9 +264,16 @@ def policy() -> None:
 @_quiet_option
 @_errors_as_messages
 def check(file: Path, quiet: bool) -> None:
-    """Check a policy and load its tables: every problem is named with its table and key."""
+    """Check a policy and load its tables: every problem is named with its table and key, and every TODO that
+    `dpsql init` left in it is a warning."""
     from dpsql.session import build_engine
 
+    try:
+        todos = todos_left(file.read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        todos = []  # load_policy says why it cannot be read
+    for line, asked in todos:
+        click.echo(f"dpsql: warning: {file.name}, line {line}: a TODO is left: {asked}", err=True)
     loaded = load_policy(file)
     build_engine(loaded, progress=_steward_progress(quiet)).close()
     for table in loaded.tables.values():
@@ -286,7 +293,7 @@ def check(file: Path, quiet: bool) -> None:
         click.echo(f"ledger: {budget.ledger}: {spent.queries} queries, epsilon {spent.epsilon_spent:g} spent")
     else:
         click.echo(f"ledger: {budget.ledger} does not exist yet: create it with `dpsql budget --init --policy {file}`")
-    click.echo("ok")
+    click.echo(f"loads, but is not finished: {len(todos)} TODO(s) left (see the warnings)" if todos else "ok")
 
 
 @main.command()
