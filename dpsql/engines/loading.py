@@ -8,6 +8,7 @@ from __future__ import annotations
 import duckdb
 from sqlglot import exp
 
+from dpsql.engines.csv_shape import csv_problem
 from dpsql.engines.progress import SILENT, Percent, Progress
 from dpsql.errors import PolicyError, first_line
 from dpsql.policy import TablePolicy
@@ -32,6 +33,7 @@ class TableLoader:
         found = self._source_columns(table, self._source(table, typed=False))
         missing = [name for name in table.columns if name not in found]
         if missing:
+            self._fail_shape(table)  # DuckDB read a malformed file as other columns: say where it is malformed
             self._fail(table, f"columns.{missing[0]}", f"the source has no column '{missing[0]}' (it has: "
                                                        f"{', '.join(sorted(found))})")
         # A public table is kept as it is (typed and cleaned): its rows are read as they are, and joined.
@@ -43,9 +45,13 @@ class TableLoader:
                 if self.progress.detailed:  # the steward's: the data's size is theirs to see
                     count = self.con.execute(f"SELECT COUNT(*) FROM {prepared_table(table.name)}").fetchone()[0]
                     step.result = f"{count:,} rows"
-        except duckdb.Error as exc:
-            self._fail(table, "source", f"cannot load {table.source.pattern!r} with the declared column types: "
-                                        f"{self._column_hint(table)} ({type(exc).__name__})")
+        except duckdb.Error:
+            self._fail_shape(table)
+            try:
+                hint = self._column_hint(table)
+            except duckdb.Error:  # never shown: DuckDB's message may quote a row
+                hint = "the source could not be read to the end (a damaged or truncated file?)"
+            self._fail(table, "source", f"cannot load {table.source.pattern!r} with the declared column types: {hint}")
         for column in table.columns.values():
             if column.per_unit and not table.row_privacy:
                 check = varying_units(table, prepared_table(table.name), column).sql(DIALECT)
@@ -83,18 +89,27 @@ class TableLoader:
             try:
                 self.con.execute(f"ATTACH {path.sql(DIALECT)} AS {alias} (READ_ONLY)")
             except duckdb.Error as exc:
-                self._fail(table, "source", f"cannot open the DuckDB database ({type(exc).__name__})")
+                self._fail(table, "source", f"cannot open the DuckDB database ({first_line(exc)})")
         return exp.Table(this=exp.to_identifier(table.source.table, quoted=True), db=exp.to_identifier(alias))
 
     def _source_columns(self, table: TablePolicy, source: exp.Expression) -> dict[str, str]:
         try:
             described = self.con.execute(f"DESCRIBE {exp.select('*').from_(source).sql(DIALECT)}").fetchall()
         except duckdb.Error as exc:
+            self._fail_shape(table)
             self._fail(table, "source", f"cannot read {table.source.pattern!r} ({first_line(exc)})")
         return {row[0].lower(): row[1] for row in described}
 
     def _fail(self, table: TablePolicy, key: str, problem: str) -> None:
         raise PolicyError(f"policy {self.policy_name}: table '{table.name}', key '{key}': {problem}")
+
+    def _fail_shape(self, table: TablePolicy) -> None:
+        """After DuckDB failed to read a CSV source: fail naming the file and line that is malformed, if one is
+        (engines/csv_shape.py)."""
+        if table.source.kind == "csv":
+            problem = csv_problem(table.source.pattern, table.columns)
+            if problem is not None:
+                self._fail(table, "source", problem)
 
     def _column_hint(self, table: TablePolicy) -> str:
         """Name the first declared column whose values do not all read as its declared type.
