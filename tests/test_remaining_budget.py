@@ -16,9 +16,7 @@ import pytest
 import dpsql
 from benchmarks.support import start_server
 from dpsql.planning.plan import Cost
-from dpsql.policy import load_policy
-from dpsql.store.ledger import BudgetLedger
-from tests.server.conftest import dsn, sample_policy
+from tests.server.conftest import dsn, ledger_of, sample_policy
 from tests.test_cli import run
 
 LEFT = 15.5
@@ -29,28 +27,20 @@ def spent(tmp_path: Path) -> Path:
     """The sample policy (with users) where alice's share is 20 and bob has spent most of the total."""
     policy = sample_policy(tmp_path)
     policy.write_text(policy.read_text() + "\n[budget.analysts.alice]\nepsilon = 20\n")
-    loaded = load_policy(policy)
-    ledger = BudgetLedger(loaded.budget.ledger, loaded.budget)
-    try:
+    with ledger_of(policy) as ledger:
         ledger.charge("alice", Cost(Fraction(7, 2), Fraction(0)), "SELECT 1")
         ledger.charge("bob", Cost(Fraction(31), Fraction(0)), "SELECT 2")
         alice = ledger.spending("alice")
         assert (alice.epsilon_total - alice.epsilon_spent, ledger.spending().epsilon_remaining) == (16.5, LEFT)
-    finally:
-        ledger.close()
     return policy
 
 
 def test_the_ledger_caps_an_analysts_rest_by_the_totals(spent: Path) -> None:
-    loaded = load_policy(spent)
-    ledger = BudgetLedger(loaded.budget.ledger, loaded.budget)
-    try:
+    with ledger_of(spent) as ledger:
         assert ledger.spending("alice").epsilon_remaining == LEFT
         assert ledger.spending("carol").epsilon_remaining == 1.5  # her own share is the smaller
         after = ledger.charge("alice", Cost(Fraction(1, 2), Fraction(0)), "SELECT 3")
         assert after.epsilon_remaining == LEFT - 0.5  # what a charge returns is capped the same way
-    finally:
-        ledger.close()
 
 
 def test_the_command_line_says_the_smaller(spent: Path) -> None:
