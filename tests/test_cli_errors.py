@@ -45,9 +45,10 @@ def test_adding_a_user_without_a_terminal_asks_for_password_stdin(visits_policy:
     assert code == 0 and "dora" not in out
 
 
-# What a message must never hold: Python's own names for its objects, classes, parser tokens and tracebacks.
+# What a message must never hold: Python's own names for its objects, classes, exceptions, parser tokens and
+# tracebacks.
 PYTHON_SPEAK = re.compile(r"Fraction\(|Decimal\(|<class |object at 0x|Traceback|<Token|TokenType\.|sqlglot\.|"
-                          r"NoneType|np\.\w+\(|numpy\.")
+                          r"NoneType|np\.\w+\(|numpy\.|\w+Exception\b|\(\w*Error\)")
 
 FUZZ_BASES = (
     "SELECT region, COUNT(*) AS n, AVG(cost) FROM visits WHERE age > 30 AND sex = 'F' GROUP BY region "
