@@ -21,10 +21,10 @@ def test_serving_on_a_port_in_use_says_so(visits_policy: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        code, _out, err = run("serve", "--policy", str(visits_policy), "--port", str(port), "--quiet")
+        code, _out, err = run("serve", "--policy", str(visits_policy), "--port", str(port))
     assert code == 69, err
     assert err == (f"dpsql: error: cannot listen on 127.0.0.1:{port}: the port is already in use (another server "
-                   "listens on it): stop it or choose another --port\n")
+                   "listens on it): stop it or choose another --port\n")  # before loading (no table's progress line)
 
 
 def test_a_tls_certificate_that_is_no_certificate_says_so(visits_policy: Path) -> None:

@@ -168,6 +168,7 @@ class DpsqlServer:
         if self.policy.answers is not None and self.answers is None:
             self.answers = AnswerStore(self.policy.answers)
         if self.engine is None:
+            self._can_listen()  # before a load that may take minutes, not after it
             self.engine = await asyncio.get_running_loop().run_in_executor(
                 self.executor, functools.partial(build_engine, self.policy, progress=self.progress))
         try:
@@ -177,6 +178,19 @@ class DpsqlServer:
             raise CannotListen(f"cannot listen on {self.config.host}:{self.config.port}: {_listen_problem(exc)}") \
                 from None
         log.info("dpsql server listening on %s:%s", self.config.host, self.port)
+
+    def _can_listen(self) -> None:
+        """CannotListen now if the address cannot be bound (in use, no privilege, unknown host): the socket is let
+        go at once, and binding it for real may still fail, which start() reports the same way."""
+        host, port = self.config.host, self.config.port
+        try:
+            for family, kind, proto, _, address in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                                      flags=socket.AI_PASSIVE):
+                with socket.socket(family, kind, proto) as probe:
+                    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio's server does
+                    probe.bind(address)
+        except OSError as exc:
+            raise CannotListen(f"cannot listen on {host}:{port}: {_listen_problem(exc)}") from None
 
     async def serve_forever(self) -> None:
         assert self._server is not None
