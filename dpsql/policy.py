@@ -179,6 +179,20 @@ class EngineChoice:
     spark: tuple[tuple[str, str], ...] = ()  # Spark only: the [engine.spark] settings, each one in SPARK_SETTINGS
 
 
+@dataclass(frozen=True)
+class WorkLimits:
+    """How much work one query may make the engine do for one person ([engine] max_joins, max_joined_rows,
+    max_person_slowdown): the bounds of the static work model (analysis/person_work.py) that keep a query's running
+    time from telling whether one person's rows are in the data, or what they hold."""
+
+    max_joins: int = 3  # tables joined to the first one in one FROM (a per-unit subquery's own FROM included)
+    max_joined_rows: int = 1000  # rows of one person after every join (m * k * m2 ...)
+    # The most one person's rows may add to a query's work, as a multiple of the fixed work of the smallest query
+    # (person_work.QUERY_FLOOR): 0.5 means that a query takes at most about 1.5 times as long with any one person
+    # as without them.
+    max_person_slowdown: float = 0.5
+
+
 # Long enough for a grouped query over tens of millions of rows on a laptop; short enough that one query cannot
 # hold the engine. `[engine] time_limit_seconds` in the policy overrides it.
 DEFAULT_TIME_LIMIT = 60.0
@@ -199,6 +213,7 @@ class Policy:
     # The limit while the prepared store is built ([engine] prepare_memory_limit; default: memory_limit).
     prepare_memory_limit: str | None = None
     engine: EngineChoice = field(default_factory=lambda: EngineChoice())  # [engine] kind, master, [engine.spark]
+    limits: WorkLimits = field(default_factory=WorkLimits)  # [engine] max_joins, max_joined_rows, max_person_slowdown
 
     def table(self, name: str) -> TablePolicy | None:
         return self.tables.get(name.lower())
@@ -234,7 +249,7 @@ def load_policy(path: str | Path) -> Policy:
     budget = reader.budget(reader.require(raw, "", "budget", dict))
     engine = reader.typed(raw.get("engine", {}), "", "engine", dict)
     reader.keys(engine, "[engine]", {"time_limit_seconds", "store", "memory_limit", "prepare_memory_limit", "kind",
-                                     "master", "spark"})
+                                     "master", "spark", "max_joins", "max_joined_rows", "max_person_slowdown"})
     choice = _engine_choice(reader, engine)
     time_limit = reader.number(engine, "[engine]", "time_limit_seconds", default=DEFAULT_TIME_LIMIT,
                                hi=_MAX_TIME_LIMIT)
@@ -256,7 +271,21 @@ def load_policy(path: str | Path) -> Policy:
     if choice.kind == "spark" and engine.get("store") is True:  # Spark's store is a folder of Parquet files
         store = budget.ledger.parent / f"{path.stem}.store.spark"
     return Policy(path, tables, budget, time_limit, users_path, answers_path, store, memory_limit,
-                  prepare_memory_limit=prepare_memory_limit or memory_limit, engine=choice)
+                  prepare_memory_limit=prepare_memory_limit or memory_limit, engine=choice,
+                  limits=_work_limits(reader, engine))
+
+
+def _work_limits(reader: _Reader, engine: dict) -> WorkLimits:
+    """`[engine] max_joins`, `max_joined_rows` and `max_person_slowdown`: a steward may loosen or tighten each."""
+    default = WorkLimits()
+    joins = reader.typed(engine.get("max_joins", default.max_joins), "[engine]", "max_joins", int)
+    if not 0 <= joins <= 20:
+        reader.fail("[engine]", "max_joins", f"must be between 0 and 20, got {joins}")
+    rows = reader.typed(engine.get("max_joined_rows", default.max_joined_rows), "[engine]", "max_joined_rows", int)
+    if not 1 <= rows <= 1_000_000:
+        reader.fail("[engine]", "max_joined_rows", f"must be between 1 and 1000000, got {rows}")
+    slowdown = reader.number(engine, "[engine]", "max_person_slowdown", default=default.max_person_slowdown, hi=100.0)
+    return WorkLimits(joins, rows, slowdown)
 
 
 def _dotted(settings: dict, prefix: str = "") -> dict[str, Any]:

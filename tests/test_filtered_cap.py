@@ -4,6 +4,7 @@ the secret row hash. Checked against that definition computed in Python from the
 
 from __future__ import annotations
 
+import dataclasses
 from fractions import Fraction
 
 from hypothesis import HealthCheck, example, given, settings
@@ -76,11 +77,13 @@ QUERIES = ("SELECT grp, COUNT(*), SUM(v) FROM t WHERE {f} GROUP BY grp", "SELECT
 
 
 def _reference_cap(tree: exp.Select, table, max_rows: int, prepared: str, alias: str,
-                   whole_units: bool = False, listed: bool = True) -> exp.Select:
-    """The cap's definition: each unit's first m rows among those the WHERE keeps, in load-rank order, by one
-    window over all of them."""
+                   whole_units: bool = False, listed: bool = True, examined: int | None = None) -> exp.Select:
+    """The cap's definition: each unit's first m rows among those the WHERE keeps of its first `examined` (the
+    look-ahead, at least m), in load-rank order, by one window over all of them."""
     order = exp.Order(expressions=[exp.Ordered(this=exp.column(names.RANK, alias))])
     window = exp.Window(this=exp.RowNumber(), partition_by=[exp.column(names.UNIT, alias)], order=order)
+    if examined is not None:
+        tree = tree.where(exp.column(names.RANK, alias) <= max(examined, max_rows), copy=False)
     return tree.qualify(window <= max_rows, copy=False)
 
 
@@ -89,25 +92,29 @@ def _reference_cap(tree: exp.Select, table, max_rows: int, prepared: str, alias:
 # mask takes every double for varying).
 @given(units=st.lists(_unit, min_size=1, max_size=10), m=st.integers(1, 3), t=st.integers(0, 4),
        seed=st.one_of(st.none(), st.integers(0, 2**31)),
-       filters=st.lists(st.sampled_from(FILTERS), min_size=1, max_size=3, unique=True))
+       filters=st.lists(st.sampled_from(FILTERS), min_size=1, max_size=3, unique=True),
+       examined=st.one_of(st.none(), st.integers(1, 9)))
 # Two-row units with the two zeros, or a value and NULL: a mask that took them for one value would leave out of the
 # window the units whose second row is the one the filter keeps (about half of them).
 @example(units=[((1, 1), (0.0, -0.0), [("a", 1, False, False), ("a", 1, False, True)])] * 12, m=1, t=0, seed=1,
-         filters=["CAST(f AS TEXT) = '-0.0'"])
+         filters=["CAST(f AS TEXT) = '-0.0'"], examined=None)
 @example(units=[((1, 1), (1.5, None), [("a", 1, False, False), ("a", 1, False, True)])] * 12, m=1, t=0, seed=1,
-         filters=["f IS NULL"])
+         filters=["f IS NULL"], examined=None)
 @example(units=[((1, 1), (0.0, -0.0), [("a", 1, False, False), ("a", 1, False, True)])] * 12, m=1, t=0, seed=None,
-         filters=["CAST(f AS TEXT) = '-0.0' AND v > 0"])
+         filters=["CAST(f AS TEXT) = '-0.0' AND v > 0"], examined=None)
 @example(units=[((1, 1), (1.5, None), [("a", 1, False, False), ("a", 1, False, True)])] * 12, m=1, t=0, seed=None,
-         filters=["f IS NULL AND v > 0"])
+         filters=["f IS NULL AND v > 0"], examined=None)
 def test_the_filtered_cap_keeps_what_one_window_over_the_filtered_rows_keeps(tmp_path_factory, monkeypatch, units,
-                                                                             m, t, seed, filters) -> None:
+                                                                             m, t, seed, filters, examined) -> None:
     """The two-part cap (rewrite/bounding.cap_rows) against the plain window over every row the filter keeps, both
-    run on the same prepared table, for filters on columns that vary within units and columns that do not."""
-    _compare_with_the_window(tmp_path_factory.mktemp("cap2"), monkeypatch, units, m, t, seed, filters, QUERIES)
+    run on the same prepared table, for filters on columns that vary within units and columns that do not, and
+    look-aheads (the rows of a unit the filter may read: person_work.py) from none to several past the lists."""
+    _compare_with_the_window(tmp_path_factory.mktemp("cap2"), monkeypatch, units, m, t, seed, filters, QUERIES,
+                             examined)
 
 
-def _compare_with_the_window(folder, monkeypatch, units, m: int, t: int, seed: int | None, filters, queries) -> None:
+def _compare_with_the_window(folder, monkeypatch, units, m: int, t: int, seed: int | None, filters, queries,
+                             examined: int | None = None) -> None:
     """Each filtered query, capped by bounding.cap_rows and by the plain window (`_reference_cap`), on one prepared
     table of the generated units: the same rows."""
     rows = []
@@ -125,6 +132,9 @@ def _compare_with_the_window(folder, monkeypatch, units, m: int, t: int, seed: i
         for condition in filters:
             for query in queries:
                 checked = plan(check(parse(query.format(f=condition.format(t=t))), policy, VOCABULARY), budget)
+                if examined is not None and checked.query.work.examined is not None:
+                    work = dataclasses.replace(checked.query.work, examined=max(examined, m))
+                    checked = dataclasses.replace(checked, query=dataclasses.replace(checked.query, work=work))
                 found = sorted(engine.run(rewrite(checked).sql), key=repr)
                 with monkeypatch.context() as patched:
                     patched.setattr(bounding, "cap_rows", _reference_cap)

@@ -34,7 +34,7 @@ REFUSED = [
     ("SELECT p.patient_id, COUNT(*) FROM visits v JOIN patients p ON v.patient_id = p.patient_id "
      "GROUP BY p.patient_id", "privacy unit"),
     ("SELECT COUNT(*) FROM visits v JOIN regions r0 ON v.region = r0.region "
-     + " ".join(f"JOIN regions r{i} ON r{i}.urban = r{i - 1}.urban" for i in range(1, 14)), "joined rows"),
+     + " ".join(f"JOIN regions r{i} ON r{i}.urban = r{i - 1}.urban" for i in range(1, 14)), "joins 14 tables"),
 ]
 
 

@@ -21,13 +21,14 @@ from sqlglot.dialects.duckdb import DuckDB
 from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.qualify import qualify
 
+from dpsql.analysis import person_work
 from dpsql.analysis.bounds import Unbounded, interval_of
 from dpsql.analysis.per_unit import per_unit_relation, resolve_per_unit
 from dpsql.analysis.public_facts import PublicFacts
 from dpsql.analysis.quantile_calls import quantile_parts
 from dpsql.analysis.relation import Relation, resolve
 from dpsql.analysis.text_parameters import type_text_parameters
-from dpsql.analysis.typecheck import Kind, typed_expression
+from dpsql.analysis.typecheck import Kind, Typed, typed_expression
 from dpsql.analysis.vetting import ROW_NODES, ConstantChecker, describe, vet_row_expression
 from dpsql.dp.interval import Interval
 from dpsql.errors import ProgrammingError, QueryRejected
@@ -65,6 +66,7 @@ class AggregateCall:
     node: exp.Expression  # the call as written (qualified)
     fraction: Fraction | None = None  # a quantile's q: the share of rows below the answer
     integer: bool = False  # whether the argument is a whole number on every row (a quantile's grid can be exact)
+    cost: int = 0  # the work its argument costs on one row, at most (typecheck.py; 0 without an argument)
 
     @functools.cached_property
     def text(self) -> str:
@@ -79,6 +81,7 @@ class AggregateCall:
 class GroupKey:
     expression: exp.Expression
     domain: tuple[Any, ...] | None  # the public values; None means the keys need partition selection
+    cost: int = 1  # the work it costs on one row, at most (typecheck.py)
 
     @functools.cached_property
     def text(self) -> str:
@@ -97,6 +100,10 @@ class CheckedQuery:
     output_aggregate: tuple[int | None, ...]  # per output, the one aggregate it is a monotone function of
     output_noisy: tuple[bool, ...]  # per output, whether it depends on any aggregate
     relation: Relation | None = None  # the joined tables the query reads, or None for one table
+    # The row filter reads only the unit and columns declared per_unit: it keeps whole units or none, so the rank
+    # prepared at load caps the query (rewrite/bounding.cap_rows).
+    whole_units: bool = False
+    work: person_work.PersonWork | None = None  # the most work one person's rows can cause (person_work.py)
 
 
 def readable(node: exp.Expression) -> str:
@@ -133,9 +140,10 @@ def check(parsed: ParsedQuery, policy: Policy, vocabulary: Vocabulary,
                                f"{', '.join(sorted(table.columns))})") from None
     type_text_parameters(tree, table)
     where = tree.args.get("where")
+    where_cost = None
     if where is not None:
         vet_row_expression(where.this, "WHERE")
-        _type_check(where.this, table, "WHERE", boolean=True)
+        where_cost = _type_check(where.this, table, "WHERE", boolean=True).cost
     keys = tuple(_group_key(e, table) for e in _group_expressions(tree))
     aggregates = _AggregateCalls(table, vocabulary)
     outer = _outer_query(tree, table, keys, aggregates)
@@ -144,6 +152,7 @@ def check(parsed: ParsedQuery, policy: Policy, vocabulary: Vocabulary,
         raise QueryRejected("the query has no aggregate: only aggregates such as COUNT(*), SUM, AVG, and the "
                             "group keys of GROUP BY or SELECT DISTINCT, can be released privately, never individual "
                             "rows")
+    whole_units = relation is None and where is not None and keeps_whole_units(table, where.this)
     return CheckedQuery(
         sql=parsed.sql,
         table=table,
@@ -155,7 +164,36 @@ def check(parsed: ParsedQuery, policy: Policy, vocabulary: Vocabulary,
         output_aggregate=tuple(_single_aggregate(e.this) for e in outer.expressions),
         output_noisy=tuple(bool(_aggregate_columns(e.this)) for e in outer.expressions),
         relation=relation,
+        whole_units=whole_units,
+        work=_person_work(table, relation, where, where_cost, keys, aggregates.calls, policy, whole_units),
     )
+
+
+def keeps_whole_units(table: TablePolicy, where: exp.Expression) -> bool:
+    """Whether a row filter reads only the unit and columns declared per_unit: it keeps whole units or none."""
+    return all(column.name == table.privacy_unit or table.columns[column.name].per_unit
+               for column in where.find_all(exp.Column))
+
+
+def _person_work(table: TablePolicy, relation: Relation | None, where: exp.Where | None, where_cost: int | None,
+                 keys: tuple[GroupKey, ...], aggregates: list[AggregateCall], policy: Policy,
+                 whole_units: bool) -> person_work.PersonWork:
+    """The most work one person's rows can cause (person_work.py): refused over the policy's bound."""
+    m = table.bound.max_rows
+    groups = min(m, table.bound.max_groups or m) if keys else 0  # the candidate groups one person can add
+    expressions = [(k.text, k.cost) for k in keys] + [(a.text, a.cost) for a in aggregates if a.cost]
+    # One bucket query per quantile argument reads the bounded rows again (rewrite/quantile_buckets.py).
+    passes = 1 + len({a.argument for a in aggregates if a.fraction is not None})
+    draws = 1 + 3 * len(aggregates)  # a group's noise: at most three measurements per aggregate, and its selection
+    inherited = relation.work if relation is not None else ()
+    filter_text = f"WHERE {readable(where.this)}" if where is not None else ""
+    if where is None or relation is not None or whole_units or table.row_privacy:
+        # Every filter evaluation is on a row within the cap: m rows of one person (the joined rows of a relation).
+        terms = [*inherited, *person_work.stage_terms(m, where_cost, filter_text, expressions)]
+        return person_work.bound(terms, passes, policy.limits, groups, draws)
+    # The filtered cap looks past the first m rows for ones that pass: as far as the bound allows.
+    terms = [*inherited, *person_work.stage_terms(m, None, filter_text, expressions)]
+    return person_work.with_lookahead(terms, passes, policy.limits, filter_text, where_cost, m, groups, draws)
 
 
 def _distinct_as_groups(tree: exp.Select) -> exp.Select:
@@ -211,7 +249,7 @@ def _check_constants(tree: exp.Select) -> None:
 
 
 def _type_check(node: exp.Expression, table: TablePolicy, context: object, boolean: bool = False,
-                numeric: bool = False) -> Kind:
+                numeric: bool = False) -> Typed:
     """Refuse a row expression that is not total for every row or whose per-row cost is unbounded (typecheck.py);
     the constants its total form adds (a text literal read as a date) must evaluate, from the text alone."""
     typed = typed_expression(node, table.columns, context)
@@ -222,7 +260,7 @@ def _type_check(node: exp.Expression, table: TablePolicy, context: object, boole
         raise QueryRejected(f"{context}: the argument is {typed.kind.value}: only numbers and booleans can be "
                             "summed or averaged")
     _CONSTANTS.check(typed.node, context)
-    return typed.kind
+    return typed
 
 
 def _check_clauses(tree: exp.Select) -> None:
@@ -350,12 +388,12 @@ def _group_expressions(tree: exp.Select) -> list[exp.Expression]:
 def _group_key(expression: exp.Expression, table: TablePolicy) -> GroupKey:
     place = _Place("GROUP BY", expression)
     vet_row_expression(expression, place)
-    _type_check(expression, table, place)
+    typed = _type_check(expression, table, place)
     columns = {c.name for c in expression.find_all(exp.Column)}
     if table.privacy_unit in columns:
         raise QueryRejected(f"{place}: grouping by the privacy unit column '{table.privacy_unit}' would "
                             "give one group per person")
-    return GroupKey(expression, _domain(expression, table))
+    return GroupKey(expression, _domain(expression, table), typed.cost)
 
 
 def _domain(expression: exp.Expression, table: TablePolicy) -> tuple[Any, ...] | None:
@@ -553,7 +591,7 @@ def _aggregate(node: exp.Expression, table: TablePolicy, vocabulary: Vocabulary,
     except Unbounded as exc:
         raise QueryRejected(f"{text}: {exc}") from None
     return AggregateCall(kind, argument, interval, _nullable(argument, table), node, fraction,
-                         integer=typed in (Kind.INT, Kind.BOOL))
+                         integer=typed.kind in (Kind.INT, Kind.BOOL), cost=typed.cost)
 
 
 def _count(node: exp.Count, table: TablePolicy, text: _Place) -> AggregateCall:
@@ -563,10 +601,10 @@ def _count(node: exp.Count, table: TablePolicy, text: _Place) -> AggregateCall:
     if isinstance(argument, exp.Distinct):
         return _count_distinct(argument.expressions, table, node, text)
     vet_row_expression(argument, text)
-    _type_check(argument, table, text)
+    typed = _type_check(argument, table, text)
     if not _nullable(argument, table):
         return AggregateCall(COUNT, None, None, False, node)
-    return AggregateCall(COUNT, argument, None, True, node)
+    return AggregateCall(COUNT, argument, None, True, node, cost=typed.cost)
 
 
 def _count_distinct(inner: list[exp.Expression], table: TablePolicy, node: exp.Expression,
@@ -578,8 +616,9 @@ def _count_distinct(inner: list[exp.Expression], table: TablePolicy, node: exp.E
     if isinstance(argument, exp.Column) and table.privacy_unit is not None and argument.name == table.privacy_unit:
         return AggregateCall(COUNT_UNITS, None, None, False, node)
     vet_row_expression(argument, text)
-    _type_check(argument, table, text)
-    return AggregateCall(COUNT_DISTINCT, argument, None, True, node)
+    typed = _type_check(argument, table, text)
+    # Hashed for its distinct values: as many units as the value can have characters, besides computing it.
+    return AggregateCall(COUNT_DISTINCT, argument, None, True, node, cost=typed.cost + typed.length)
 
 
 def _nullable(expression: exp.Expression, table: TablePolicy) -> bool:

@@ -26,10 +26,11 @@ from sqlglot import exp
 from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.qualify import qualify
 
+from dpsql.analysis import person_work
 from dpsql.analysis.bounds import Unbounded, interval_of
 from dpsql.analysis.public_facts import PublicFacts
-from dpsql.analysis.relation import JOINED, Relation, resolve
-from dpsql.analysis.typecheck import total_expression
+from dpsql.analysis.relation import JOINED, Relation, gated, resolve
+from dpsql.analysis.typecheck import Typed, total_expression
 from dpsql.analysis.vetting import may_fail, vet_row_expression
 from dpsql.dp.fixedpoint import clamp, double, fixed_point, null_preserving
 from dpsql.dp.interval import Interval
@@ -38,7 +39,7 @@ from dpsql.policy import ColumnPolicy, ColumnType, ContributionBound, Policy, Ta
 from dpsql.sql import names
 from dpsql.sql.parse import DIALECT
 
-TypeCheck = Callable[..., object]  # check._type_check: (node, table, context, boolean=, numeric=) -> Kind
+TypeCheck = Callable[..., Typed]  # check._type_check: (node, table, context, boolean=, numeric=) -> Typed
 
 _INNER_CLAUSES = {"expressions", "from_", "joins", "where", "group", "having"}
 # The hidden per-unit columns a HAVING condition reads (not in the relation's schema: the outer query cannot).
@@ -96,33 +97,42 @@ def per_unit_relation(subquery: exp.Subquery, policy: Policy, type_check: TypeCh
     m = table.bound.max_rows
     alias = inner.args["from_"].this.alias_or_name
     columns = {unit_name: ColumnPolicy(unit_name, table.columns[table.privacy_unit].type)}
-    # One table: its unit column is __dp_unit (bounding.prepared_rows), so the rows are grouped by that alone (two
-    # equal keys cost DuckDB a wider hash). A join's __dp_unit is its first table's: both keys, as written.
+    # One table: its unit column is __dp_unit (bounding.prepared_rows). A join's __dp_unit is its first table's,
+    # equal to the unit column the analyst names. The rows are grouped by __dp_unit alone, and the unit column is an
+    # aggregate of the group (its one value): a filter of the outer query on it is then not pushed below the GROUP
+    # BY into the scan, where it would run on every row of the person, not only on the m rows within the cap.
     single = joined is None
     unit_value = exp.column(names.UNIT, alias) if single else unit_item.copy()
     projection = [exp.alias_(exp.column(names.UNIT, alias), names.UNIT),
-                  exp.alias_(unit_value, unit_name, quoted=True)]
+                  exp.alias_(exp.Min(this=unit_value), unit_name, quoted=True)]
+    expressions = []  # each aggregate's argument and its cost per row, for the person's work
     for item in inner.expressions:
         if item is unit_item or (isinstance(item, exp.Alias) and item.this is unit_item):
             continue
-        column, value = _derived(item, table, m, type_check)
+        column, value, cost = _derived(item, table, m, type_check)
         if column.name in columns:
             raise QueryRejected(f"{_RULE}; the name '{column.name}' is used twice")
         columns[column.name] = column
         projection.append(exp.alias_(value, column.name, quoted=True))
+        expressions.append((f"{item.sql(DIALECT)} in the per-unit subquery", cost))
     where = inner.args.get("where")
-    # The cap, before the filter: it stays the unit's own choice (a join's rows are capped inside its SQL).
-    filters = [exp.column(names.RANK, alias) <= m] if joined is None else []
+    # The cap, before the filter: it stays the unit's own choice (a join's rows are capped inside its SQL). The
+    # filter runs only on the rows within the cap, wherever DuckDB places it (relation.gated).
+    rank = exp.column(names.RANK, alias)
+    filters = [rank <= m] if joined is None else []
+    where_cost, where_text = None, ""
     if where is not None:
-        vet_row_expression(where.this, "WHERE (in the per-unit subquery)")
-        type_check(where.this, table, "WHERE (in the per-unit subquery)", boolean=True)
-        filters.append(_total(where.this, table))
+        where_text = "WHERE (in the per-unit subquery)"
+        vet_row_expression(where.this, where_text)
+        where_cost = type_check(where.this, table, where_text, boolean=True).cost
+        total = _total(where.this, table)
+        filters.append(gated(total, joined.caps, alias) if joined is not None else
+                       exp.Case().when(rank.copy() <= m, total).else_(exp.false()))
     having = inner.args.get("having")  # a filter on the unit's own aggregates: keeps or drops its derived row
     keep = _having(having.this, table, m, type_check, columns, projection) if having is not None else None
     source = joined.sql.subquery(alias) if joined is not None else exp.to_table(
         names.prepared_table(table.name)).as_(alias)
-    keys = [exp.column(names.UNIT, alias)] if single else [exp.column(names.UNIT, alias), unit_item.copy()]
-    per_unit = exp.select(*projection).from_(source).group_by(*keys)
+    per_unit = exp.select(*projection).from_(source).group_by(exp.column(names.UNIT, alias))
     if filters:
         per_unit = per_unit.where(exp.and_(*filters))
     quantized = [exp.alias_(exp.cast(fixed_point(c.interval).centered(exp.column(exp.to_identifier(
@@ -138,7 +148,9 @@ def per_unit_relation(subquery: exp.Subquery, policy: Policy, type_check: TypeCh
              f"per-unit subquery over {over} before its aggregates, so COUNT(*) per unit is in [1, {m}], "
              f"COUNT(x) in [0, {m}], SUM in [{m} * min(lo, 0), {m} * max(hi, 0)], AVG, MIN and MAX in [lo, hi]",
              "the subquery has one row per unit: m = 1 for the outer query")
-    return Relation(schema, sql, steps)
+    work = (*(joined.work if joined is not None else ()),
+            *person_work.stage_terms(m, where_cost, where_text, expressions))
+    return Relation(schema, sql, steps, work=work)
 
 
 def _inner_table(inner: exp.Select, policy: Policy) -> TablePolicy:
@@ -188,7 +200,7 @@ def _having(condition: exp.Expression, table: TablePolicy, m: int, type_check: T
     def swap(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.AggFunc):
             name = f"{_HAVING_COLUMN}{len(hidden)}"
-            column, value = _aggregate_column(node, name, table, m, type_check)
+            column, value, _ = _aggregate_column(node, name, table, m, type_check)
             hidden[name] = column
             projection.append(exp.alias_(value, name, quoted=True))
             return exp.column(name)
@@ -204,9 +216,10 @@ def _having(condition: exp.Expression, table: TablePolicy, m: int, type_check: T
     return _total(rewritten, scope)
 
 
-def _derived(item: exp.Expression, table: TablePolicy, m: int, type_check: TypeCheck) -> tuple[ColumnPolicy,
-                                                                                               exp.Expression]:
-    """One named per-unit aggregate: its column (type, bounds, public values) and its SQL over the capped rows."""
+def _derived(item: exp.Expression, table: TablePolicy, m: int,
+             type_check: TypeCheck) -> tuple[ColumnPolicy, exp.Expression, int]:
+    """One named per-unit aggregate: its column (type, bounds, public values), its SQL over the capped rows and the
+    cost of its argument on one row."""
     call = item.unalias()
     if type(call) not in _AGGREGATES or not isinstance(item, exp.Alias):
         raise QueryRejected(f"{_RULE}; {item.sql(DIALECT)} is not a named COUNT, SUM, AVG, MIN or MAX")
@@ -217,7 +230,7 @@ def _derived(item: exp.Expression, table: TablePolicy, m: int, type_check: TypeC
 
 
 def _aggregate_column(call: exp.Expression, name: str, table: TablePolicy, m: int,
-                      type_check: TypeCheck) -> tuple[ColumnPolicy, exp.Expression]:
+                      type_check: TypeCheck) -> tuple[ColumnPolicy, exp.Expression, int]:
     kind = _AGGREGATES.get(type(call))
     if kind is None:
         raise QueryRejected(f"{_RULE}; {call.sql(DIALECT)} is not COUNT, SUM, AVG, MIN or MAX")
@@ -225,11 +238,19 @@ def _aggregate_column(call: exp.Expression, name: str, table: TablePolicy, m: in
     place = f"{kind} in the per-unit subquery"
     if kind == "COUNT" and (argument is None or isinstance(argument, exp.Star)):
         # A unit is in the subquery only with at least one row: COUNT(*) is 1..m (COUNT(x) may be 0).
-        return _count_column(name, m, nullable=False, lowest=1), exp.Count(this=exp.Star())
+        return _count_column(name, m, nullable=False, lowest=1), exp.Count(this=exp.Star()), 0
     if isinstance(argument, exp.Distinct):
         raise QueryRejected(f"{place}: DISTINCT is not supported")
     vet_row_expression(argument, place)
-    type_check(argument, table, place, numeric=kind != "COUNT")
+    cost = type_check(argument, table, place, numeric=kind != "COUNT").cost
+    column, value = _argument_column(kind, call, argument, name, table, m)
+    return column, value, cost
+
+
+def _argument_column(kind: str, call: exp.Expression, argument: exp.Expression, name: str, table: TablePolicy,
+                     m: int) -> tuple[ColumnPolicy, exp.Expression]:
+    """A per-unit aggregate of an argument: its column and its SQL."""
+    place = f"{kind} in the per-unit subquery"
     value = _total(argument, table, clamped=True)
     if kind == "COUNT":
         return _count_column(name, m, nullable=False), exp.Count(this=value)

@@ -19,6 +19,12 @@ The rules, and why each keeps one unit's joined rows at most m:
 - So one unit has at most m = prod(m_i) * prod(k_j) joined rows: the first private table's m_1 rows, each meeting
   at most k_j (or m_i) rows of each further table. The joined row's unit is the first table's unit.
 - A WHERE of the outer query only removes joined rows, so it needs no new cap.
+
+The same m bounds the time one person's rows can cost (person_work.py): the policy's [engine] max_joins and
+max_joined_rows bound the joins, a private table may be read at most twice (one self-join pairs a person's rows; a
+third copy adds nothing an analyst needs and multiplies their rows again), and each join stage's rows are part of the
+person's work. So that no filter runs on rows beyond a table's cap (DuckDB pushes a filter into the table's scan
+beside the cap's and orders the two as it likes), the relation carries each private table's rank: `caps`.
 """
 
 from __future__ import annotations
@@ -32,18 +38,19 @@ from sqlglot import exp
 from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.qualify import qualify
 
+from dpsql.analysis import person_work
 from dpsql.analysis.bounds import MAX_MAGNITUDE
 from dpsql.analysis.public_facts import PublicFacts
 from dpsql.dp.fixedpoint import fixed_point
 from dpsql.errors import ProgrammingError, QueryRejected
-from dpsql.policy import ColumnPolicy, ColumnType, ContributionBound, Policy, TablePolicy
+from dpsql.policy import ColumnPolicy, ColumnType, ContributionBound, Policy, TablePolicy, WorkLimits
 from dpsql.sql import names
 from dpsql.sql.parse import DIALECT
 
 # The relation's name and alias in the checked query and in the rewrite's FROM.
 JOINED = "__dp_joined"
-# Above this many joined rows per unit the noise drowns any answer; refusing says why instead.
-MAX_JOINED_ROWS = 1_000_000
+# How often one private table may be read in one FROM: twice is one self-join.
+MAX_COPIES = 2
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,11 @@ class Relation:
     # The columns whose declared-values flag the SQL carries (names.known_column of the column's name here): a
     # private table's, read from its prepared copy.
     flagged: frozenset[str] = frozenset()
+    # Per column of a private table: the column of the SQL holding that table's rank, and its cap. A filter on the
+    # column runs only where rank <= cap (rewrite/passes.filter_rows), even once DuckDB pushes it into the scan.
+    caps: dict[str, tuple[str, int]] = dataclasses.field(default_factory=dict)
+    # The work one person's rows cost to produce the relation's rows, each time they are read (person_work.py).
+    work: tuple[person_work.WorkTerm, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -110,15 +122,15 @@ def resolve(tree: exp.Select, policy: Policy, facts: PublicFacts | None,
     tree = _private_first(tree, policy, derived)
     # Again: qualify() normalised the aliases and turned USING into ON.
     members = _checked_order(_members(tree, policy, derived))
-    bound, steps = _bound(members, facts)
+    bound, steps, work = _bound(members, facts, policy.limits)
     mapping = _column_names(members)
     columns = _columns(members, mapping, facts)
     first = members[0]
     unit = mapping[(first.alias, first.table.privacy_unit)] if first.table.privacy_unit else None
     schema = TablePolicy(JOINED, first.table.source, columns, ContributionBound(bound), unit,
                          first.table.row_privacy, unit=first.table.unit)
-    sql, flagged = _relation_sql(members, mapping, columns, tree)
-    relation = Relation(schema, sql, tuple(steps), flagged)
+    sql, flagged, caps = _relation_sql(members, mapping, columns, tree)
+    relation = Relation(schema, sql, tuple(steps), flagged, caps, work)
     return _over_relation(tree, mapping), relation
 
 
@@ -288,13 +300,18 @@ def _equalities(member: _Member, earlier: dict[str, _Member]) -> list[tuple[exp.
     return pairs
 
 
-def _bound(members: list[_Member], facts: PublicFacts | None) -> tuple[int, list[str]]:
+def _bound(members: list[_Member], facts: PublicFacts | None,
+           limits: WorkLimits) -> tuple[int, list[str], tuple[person_work.WorkTerm, ...]]:
+    """m, the steps that derive it (for explain), and the work of one person's rows through the joins."""
+    _refuse_copies(members, limits)
     first = members[0]
     m = first.table.bound.max_rows
     unit = "each row is its own unit" if first.table.row_privacy else f"unit '{first.table.unit}'"
     steps = [*_derived_steps(first), f"{first.alias}: {_described(first)} ({unit}), {_capped(first)}: m = {m}"]
+    work = [*_derived_work(first)]
     earlier = {first.alias: first}
     for member in members[1:]:
+        before = m
         pairs = _equalities(member, earlier)
         if member.table.public:
             if facts is None:
@@ -312,12 +329,36 @@ def _bound(members: list[_Member], facts: PublicFacts | None) -> tuple[int, list
             steps += _derived_steps(member)
             steps.append(f"{member.alias}: {_described(member)} joined on its unit column, {_capped(member)}: "
                          f"each row meets at most {m_i} row(s) of its own unit: m = {m}")
-        if m > MAX_JOINED_ROWS:
-            raise QueryRejected(f"JOIN {member.table.name}: one unit could have {m} joined rows (more than "
-                                f"{MAX_JOINED_ROWS}): join on a key with fewer rows per value")
+        if m > limits.max_joined_rows:
+            raise QueryRejected(f"JOIN {member.table.name}: one person could have {m} joined rows (the policy allows "
+                                f"{limits.max_joined_rows}: [engine] max_joined_rows): join on a key with fewer rows "
+                                "per value, or fewer tables")
+        label = "the per-unit subquery" if member.derived else member.table.name
+        work += [*_derived_work(member), *person_work.join_terms(f"JOIN {label} {member.alias}", before, m)]
         earlier[member.alias] = member
     steps.append(f"at most {m} joined row(s) per unit; the joined row's unit is {first.alias}'s")
-    return m, steps
+    return m, steps, tuple(work)
+
+
+def _refuse_copies(members: list[_Member], limits: WorkLimits) -> None:
+    joins = len(members) - 1
+    if joins > limits.max_joins:
+        raise QueryRejected(f"the query joins {joins} tables to the first one (the policy allows {limits.max_joins}: "
+                            "[engine] max_joins): every join multiplies the rows of one person and the work they "
+                            "cost; ask fewer tables at once")
+    copies: dict[str, int] = {}
+    for member in members:
+        if member.derived is None and not member.table.public:
+            copies[member.table.name] = copies.get(member.table.name, 0) + 1
+            if copies[member.table.name] > MAX_COPIES:
+                raise QueryRejected(f"JOIN {member.table.name} {member.alias}: the private table '{member.table.name}' "
+                                    f"is read {copies[member.table.name]} times; at most {MAX_COPIES} (one self-join, "
+                                    "which pairs a person's rows): a further copy adds nothing and multiplies one "
+                                    "person's rows again")
+
+
+def _derived_work(member: _Member) -> tuple[person_work.WorkTerm, ...]:
+    return member.derived.work if member.derived else ()
 
 
 def _derived_steps(member: _Member) -> list[str]:
@@ -419,12 +460,20 @@ def _public_column(member: _Member, column: ColumnPolicy, mapped: str, facts: Pu
 
 
 def _relation_sql(members: list[_Member], mapping: dict[tuple[str, str], str], columns: dict[str, ColumnPolicy],
-                  tree: exp.Select) -> tuple[exp.Select, frozenset[str]]:
+                  tree: exp.Select) -> tuple[exp.Select, frozenset[str], dict[str, tuple[str, int]]]:
     """SELECT the mapped columns (and the unit, and each bounded column's fixed-point integer) FROM the prepared
     tables joined as written, WHERE each private table's rank <= its m: the cap, before the join (for an INNER
-    join, and for the preserved side of a LEFT join, filtering in WHERE is filtering before the join)."""
+    join, and for the preserved side of a LEFT join, filtering in WHERE is filtering before the join). Each capped
+    table's rank is projected too, and each of its columns maps to it (`Relation.caps`)."""
     renamed = {m.alias: m.name for m in members}
     projection, seen, flagged = [], set(), set()
+    caps: dict[str, tuple[str, int]] = {}
+    for index, member in enumerate(members):
+        if _capped_member(member):
+            rank = names.member_rank(index)
+            projection.append(exp.alias_(exp.column(names.RANK, member.name), rank))
+            caps |= {mapping[(member.alias, name)]: (rank, member.table.bound.max_rows)
+                     for name in member.table.columns if mapping[(member.alias, name)] not in caps}
     for member in members:
         for name in member.table.columns:
             mapped = mapping[(member.alias, name)]
@@ -454,10 +503,27 @@ def _relation_sql(members: list[_Member], mapping: dict[tuple[str, str], str], c
             lambda n: _physical(renamed[n.table], n.name) if isinstance(n, exp.Column) else n, copy=False)
         sql = sql.join(_source(member), on=on,
                        join_type="LEFT" if (join.args.get("side") or "").upper() == "LEFT" else "INNER")
-    # A per-unit subquery has one row per unit already (capped inside it): it has no rank to cap by.
-    caps = [exp.column(names.RANK, m.name) <= m.table.bound.max_rows for m in members
-            if not m.table.public and not m.table.row_privacy and m.derived is None]
-    return (sql.where(exp.and_(*caps)) if caps else sql), frozenset(flagged)
+    ranks = [exp.column(names.RANK, m.name) <= m.table.bound.max_rows for m in members if _capped_member(m)]
+    return (sql.where(exp.and_(*ranks)) if ranks else sql), frozenset(flagged), caps
+
+
+def _capped_member(member: _Member) -> bool:
+    """A private table read from its prepared copy, capped by rank (a per-unit subquery has one row per unit
+    already, capped inside it; under row privacy every row is its own unit)."""
+    return not member.table.public and not member.table.row_privacy and member.derived is None
+
+
+def gated(condition: exp.Expression, caps: dict[str, tuple[str, int]], alias: str) -> exp.Expression:
+    """`condition` (over the relation's columns, read as `alias`) evaluated only on rows within the caps of the
+    tables whose columns it reads: CASE WHEN rank <= m ... THEN condition ELSE FALSE END. DuckDB pushes a filter
+    into the scan of the table it reads, beside that table's rank filter, and orders filters there adaptively: on
+    its own a costly filter also ran on rows ranked beyond the cap, so a person's rows beyond m (any number) paid for
+    it. A CASE evaluates its THEN only where its WHEN holds, wherever it is pushed."""
+    read = {caps[column.name] for column in condition.find_all(exp.Column) if column.name in caps}
+    if not read:
+        return condition
+    within = exp.and_(*[exp.column(rank, alias) <= cap for rank, cap in sorted(read)])
+    return exp.Case().when(within, condition).else_(exp.false())
 
 
 def _source(member: _Member) -> exp.Expression:
@@ -484,4 +550,4 @@ def _over_relation(tree: exp.Select, mapping: dict[tuple[str, str], str]) -> exp
     return tree.transform(rename, copy=False)
 
 
-__all__ = ["JOINED", "Relation", "resolve"]
+__all__ = ["JOINED", "Relation", "gated", "resolve"]

@@ -214,12 +214,12 @@ class TypeChecker:
     def comparison(self, node: exp.Expression) -> Typed:
         left, right = self.unify([node.this, node.expression], "comparison", node)
         return Typed(Kind.BOOL, node.__class__(this=left.node, expression=right.node),
-                     cost=_cost([left, right]) + left.length + right.length)
+                     cost=_cost([left, right]) + _compared(left, right))
 
     def between(self, node: exp.Between) -> Typed:
         parts = self.unify([node.this, node.args["low"], node.args["high"]], "BETWEEN in", node)
         rebuilt = exp.Between(this=parts[0].node, low=parts[1].node, high=parts[2].node)
-        return Typed(Kind.BOOL, rebuilt, cost=_cost(parts) + 2 * sum(p.length for p in parts))
+        return Typed(Kind.BOOL, rebuilt, cost=_cost(parts) + _compared(*parts[:2]) + _compared(parts[0], parts[2]))
 
     def in_list(self, node: exp.In) -> Typed:
         items = node.expressions
@@ -232,7 +232,8 @@ class TypeChecker:
                               "DuckDB would cast them to one type, which can fail on some rows; use one type")
         parts = self.join(typed, "IN in", node)
         rebuilt = exp.In(this=parts[0].node, expressions=[p.node for p in parts[1:]])
-        return Typed(Kind.BOOL, rebuilt, cost=_cost(parts) + parts[0].length * len(items))
+        # An equality with each item in turn (DuckDB's IN-list rewrite to a join is switched off).
+        return Typed(Kind.BOOL, rebuilt, cost=_cost(parts) + sum(_compared(parts[0], item) for item in parts[1:]))
 
     def is_(self, node: exp.Is) -> Typed:
         value = self.infer(node.this)
@@ -714,6 +715,12 @@ def _joined(parts: list[Typed]) -> Typed:
 
 def _cost(parts: list[Typed]) -> int:
     return 1 + sum(p.cost for p in parts)
+
+
+def _compared(left: Typed, right: Typed) -> int:
+    """Comparing two values touches at most the shorter one's characters (texts are compared by length and prefix
+    first, then character by character up to the first difference)."""
+    return min(left.length, right.length)
 
 
 def _args(node: exp.Expression, parts: list[Typed]) -> dict:

@@ -6,6 +6,7 @@ import math
 
 from sqlglot import exp
 
+from dpsql.analysis.person_work import PersonWork
 from dpsql.planning.aggregates import LEVEL, aggregate
 from dpsql.planning.aggregates.base import number
 from dpsql.planning.contribution import contribution
@@ -32,6 +33,8 @@ def explain(query_plan: QueryPlan, listed: bool = True) -> str:
                      f"{math.sqrt(bound.l2_squared):.4g} in L2")
     if query.relation is not None:
         lines += [f"  {n}. {step}" for n, step in enumerate(query.relation.steps, 1)]
+    if query.work is not None:
+        lines += _work(query.work)
     lines.append(_groups(query_plan))
     share = "epsilon" if query_plan.budget.accounting is Accounting.PURE else "rho"
     lines += ["", f"Measurements ({share} split to minimise the summed squared relative error of the outputs, "
@@ -55,6 +58,20 @@ def explain(query_plan: QueryPlan, listed: bool = True) -> str:
         lines += ["", f"Rows per candidate for {read_by} (a query of its own over the same bounded rows):",
                   _indent(sql)]
     return "\n".join(lines)
+
+
+def _work(work: PersonWork) -> list[str]:
+    """What one person's rows can cost (analysis/person_work.py): the bound, and its largest parts."""
+    lines = [f"Work per person: {work.describe()}, so that the query's time says little about any one person"]
+    if work.examined is not None:
+        lines.append(f"  the filter reads at most {work.examined:,} row(s) of each person (the cap keeps the first "
+                     f"that pass)")
+    if work.passes > 1:
+        lines.append(f"  the rows are read {work.passes} times (once more for each quantile's argument)")
+    largest = sorted((*work.terms, *work.release), key=lambda term: term.total, reverse=True)[:3]
+    lines += [f"  {term.total:,} units: {term.what}, on up to {term.rows:,} row(s) of one person at {term.units:,} "
+              "each" for term in largest]
+    return lines
 
 
 def _post_processes(query_plan: QueryPlan) -> bool:

@@ -121,10 +121,12 @@ def _cells(plan: QueryPlan, rows: Sequence[tuple[Any, ...]]) -> tuple[list[tuple
     return keys, exact
 
 
-def _exact(measurement: Measurement, value: Any) -> int | list[int]:
-    """One cell's exact measurement: an integer, or a quantile's count per candidate (from with_buckets)."""
+def _exact(measurement: Measurement, value: Any) -> int | dict | None:
+    """One cell's exact measurement: an integer, or a quantile's {bucket: rows} (from with_buckets), made a count per
+    candidate only in a released group (_choose_candidates): a group one person adds that partition selection drops
+    then costs a few draws, not a vector the size of the grid."""
     if measurement.spec.kind is MeasurementKind.QUANTILE:
-        return vector(value, measurement.spec.grid)
+        return value
     return int(value) if value is not None else 0
 
 
@@ -167,4 +169,4 @@ def _choose_candidates(measurements: Sequence[Measurement], exact: np.ndarray, n
     for j, measurement in enumerate(measurements):
         if measurement.spec.kind is MeasurementKind.QUANTILE:
             for cell in range(exact.shape[0]):
-                noisy[cell, j] = measurement.mechanism.release(exact[cell, j], rng)
+                noisy[cell, j] = measurement.mechanism.release(vector(exact[cell, j], measurement.spec.grid), rng)

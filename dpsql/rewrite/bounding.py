@@ -131,9 +131,15 @@ def cleaned_rows(table: TablePolicy, source: exp.Expression) -> exp.Select:
 
 
 def cap_rows(tree: exp.Select, table: TablePolicy, max_rows: int, prepared: str, alias: str,
-             whole_units: bool = False, listed: bool = True) -> exp.Select:
+             whole_units: bool = False, listed: bool = True, examined: int | None = None) -> exp.Select:
     """The bounded query's rows, at most `max_rows` per unit. `tree` reads the prepared table `prepared` as
     `alias`, with the analyst's row filter (if any) as its WHERE; the result reads the kept rows as `alias`.
+
+    The filter runs only on the rows ranked within `examined` (at least `max_rows`; None: no limit) of each unit,
+    and the kept rows are the first `max_rows` of those that pass: so a person's work in the query is bounded
+    whatever their number of rows (analysis/person_work.py chooses `examined`). Each part tests the rank in a CASE
+    before the filter: a condition beside the filter, even one pushed into the scan, was not always tested first
+    (DuckDB orders a scan's filters adaptively, and ran a costly filter on 10-20% of the rows beyond the cap).
 
     `whole_units`: the filter reads only columns declared `per_unit` (checked at load), so it keeps all of a unit's
     rows or none, and the rank prepared at load is already the rank among the kept rows. Keeping `rank <= m` is
@@ -145,9 +151,14 @@ def cap_rows(tree: exp.Select, table: TablePolicy, max_rows: int, prepared: str,
     if table.row_privacy:
         return tree  # every row is its own unit: the cap of one row holds by construction
     where = tree.args.get("where")
-    if where is None or whole_units:
+    if where is None:
         return tree.where(exp.column(names.RANK, alias) <= max_rows, copy=False)
     passes = where.this
+    if whole_units:
+        capped = tree.copy()
+        capped.set("where", None)
+        return capped.where(exp.column(names.RANK, alias) <= max_rows, _within(passes, max_rows), copy=False)
+    examined = max(examined or _UNLIMITED, max_rows)
 
     def kept(*conditions: exp.Expression) -> exp.Select:
         return exp.select("*").from_(exp.to_table(prepared).as_(alias)) \
@@ -171,23 +182,26 @@ def cap_rows(tree: exp.Select, table: TablePolicy, max_rows: int, prepared: str,
     # (age, sex, region of a patient). A row's values meet the filter at most seven times, whatever the data: in
     # each part, and in the lists of up to LISTED_DEPTH later rows of its unit.
     rank, rows = exp.column(names.RANK), exp.column(names.UNIT_ROWS)
-    first_rows = kept(passes.copy(), rank <= max_rows)
+    first_rows = kept(rank <= max_rows, _within(passes, max_rows))
     same = _one_value_within_units(passes, table, alias)
     # The later-rows table was built for the table's own bound (a smaller one would need other rows listed).
-    listed = listed and max_rows == table.bound.max_rows
+    listed = listed and max_rows == table.bound.max_rows and examined > max_rows
     passing_before = _passing_earlier_rows(passes, table, alias) if listed else None
     parts = [first_rows]
     windowed_from = max_rows
     if passing_before is not None:
-        decided = exp.Case().when(same.copy(), exp.false()).when(passes.copy(), passing_before < max_rows) \
-            .else_(exp.false())
+        decided = exp.Case().when(rank.copy() > examined, exp.false()).when(same.copy(), exp.false()) \
+            .when(passes.copy(), passing_before < max_rows).else_(exp.false())
         lists = [exp.column(names.earlier_column(name)) for name in _listed(table)]
         parts.append(exp.select(exp.Star(except_=lists)).from_(
             exp.to_table(names.later_rows_table(table.name)).as_(alias)).where(decided, copy=False))
         windowed_from = max_rows + LISTED_DEPTH
+    if examined <= windowed_from:
+        return _union(parts, alias)
     # One CASE, so that the filter runs only on the rows of units whose filter columns vary (DuckDB evaluated the
-    # filter first when it was a conjunction beside the mask's test, and it did not push that test into the scan).
-    candidates = exp.Case().when(same, exp.false()) \
+    # filter first when it was a conjunction beside the mask's test, and it did not push that test into the scan),
+    # and only on the rows within the look-ahead.
+    candidates = exp.Case().when(rank.copy() > examined, exp.false()).when(same, exp.false()) \
         .when(rank.copy() <= max_rows, exp.Not(this=exp.Coalesce(this=passes.copy(), expressions=[exp.false()]))) \
         .else_(passes.copy())
     in_rank_order = exp.Order(expressions=[exp.Ordered(this=rank.copy())])
@@ -198,6 +212,20 @@ def cap_rows(tree: exp.Select, table: TablePolicy, max_rows: int, prepared: str,
         exp.and_(rank.copy() > windowed_from, _rank_among_kept() <= exp.Literal.number(2) * failing_first,
                  copy=False),
         copy=False))
+    return _union(parts, alias)
+
+
+# No look-ahead given: the filtered cap may read every row of a unit.
+_UNLIMITED = 2**31 - 1
+
+
+def _within(condition: exp.Expression, rank_limit: int) -> exp.Expression:
+    """`condition` on the rows ranked within `rank_limit` of their unit, FALSE on the others, without running it
+    there: a CASE evaluates its THEN only on the rows its WHEN selects."""
+    return exp.Case().when(exp.column(names.RANK) <= rank_limit, condition.copy()).else_(exp.false())
+
+
+def _union(parts: list[exp.Select], alias: str) -> exp.Select:
     union = parts[0]
     for part in parts[1:]:
         union = exp.union(union, part, distinct=False, copy=False)

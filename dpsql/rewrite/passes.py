@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
+from dpsql.analysis.relation import gated
 from dpsql.analysis.typecheck import total_expression
 from dpsql.analysis.vetting import may_fail
 from dpsql.dp.fixedpoint import clamp, double, null_preserving
@@ -164,15 +165,19 @@ def filter_rows(tree: exp.Select, context: _Context) -> exp.Select:
     # AND of them makes TRUE), and DuckDB can push a conjunct that reads one side of a join into that side's scan
     # (one TRY around `d.beds > 20 AND v.cost > 500` made the join read every row first).
     bare = where.unnest()
-    for conjunct in (bare.flatten() if isinstance(bare, exp.And) else [where]):
-        tree = tree.where(_guarded(conjunct, context), copy=False)
-    if context.whole_units:
-        return tree  # capped by the load-time rank, as without a filter: nothing to gain from dropping rows first
-    # Rows whose public key is outside its declared values are never released; with a filter anyway, drop
-    # them before the cap so that the cap is spent on rows that can count.
-    for key in context.plan.query.keys:
-        if key.domain is not None:
-            tree = tree.where(_declared(key.expression, key.domain, context), copy=False)
+    conditions = [_guarded(conjunct, context) for conjunct in (bare.flatten() if isinstance(bare, exp.And) else
+                                                                 [where])]
+    if not context.whole_units:
+        # Rows whose public key is outside its declared values are never released; with a filter anyway, drop
+        # them before the cap so that the cap is spent on rows that can count.
+        conditions += [_declared(key.expression, key.domain, context) for key in context.plan.query.keys
+                       if key.domain is not None]
+    relation = context.plan.query.relation
+    for condition in conditions:
+        # Over a join, each condition runs only on the rows within the caps of the tables it reads (a single
+        # table's filter is gated by bounding.cap_rows, which reads it from here).
+        tree = tree.where(gated(condition, relation.caps, context.alias) if relation is not None else condition,
+                          copy=False)
     return tree
 
 
@@ -208,15 +213,14 @@ def _same_type_membership(key: exp.Expression, domain: tuple, context: _Context)
 def cap_rows_per_unit(tree: exp.Select, context: _Context) -> exp.Select:
     if context.plan.query.relation is not None:
         return tree  # the relation's SQL keeps at most m rows per unit; a row filter only removes rows
+    work = context.plan.query.work
     return bounding.cap_rows(tree, context.plan.query.table, context.plan.max_rows, context.table, context.alias,
-                             context.whole_units, context.listed)
+                             context.whole_units, context.listed, work.examined if work is not None else None)
 
 
 def _whole_units(plan: QueryPlan) -> bool:
     """Whether the row filter reads only the unit and columns declared per_unit: it keeps whole units or none."""
-    table, where = plan.query.table, plan.query.where
-    return where is not None and all(column.name == table.privacy_unit or table.columns[column.name].per_unit
-                                     for column in where.find_all(exp.Column))
+    return plan.query.whole_units
 
 
 def project_row_values(tree: exp.Select, context: _Context) -> exp.Select:

@@ -83,6 +83,12 @@ def prepared_table(table: str) -> str:
     return f"__dp_{table}"
 
 
+def member_rank(index: int) -> str:
+    """In a join's relation: the rank within its unit of the index-th table's row (rewrite/passes gates filters by
+    it, so that no analyst filter runs on a row beyond its table's cap)."""
+    return f"__dp_rank{index}"
+
+
 def later_rows_table(table: str) -> str:
     """The loader's copy of a private table's rows ranked just after its unit's first m, each with the values of
     the rows ranked before it (rewrite/bounding.later_rows). `__dpl_`, never `__dp_` + a table name."""

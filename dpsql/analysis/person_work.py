@@ -1,0 +1,144 @@
+"""What one person's rows can make a query do: a static bound on the work of a whole privacy unit.
+
+Why. The noise hides what one person does to an answer; it does not hide how long the answer took. The row cost of
+typecheck.py bounds what one *row* can cost, but joins, per-unit subqueries, the bucket queries of quantiles and the
+filtered cap multiply the rows of one person, and a filter on one person (`pid = 7 AND <secret condition>`) lets only
+that person's rows multiply: a self-join chained seven times made one person's 5 rows 78,125, and a costly argument
+on them made the query 20-50 times slower exactly when the secret condition held. The bound that matters is the
+work of a whole person: the rows one person can have at each stage of the bounded query, times the cost of
+everything evaluated on them, over every time the engine reads them. It is decided from the SQL and the policy
+alone, before anything is charged, so a refusal says nothing about the data.
+
+The model, in typecheck's units of work (about one per character touched; every figure an upper bound that holds
+whatever the data):
+- rows: one person has at most m_i rows of a private table that any analyst code sees (the rewrite evaluates a
+  filter only on rows ranked within the cap: rewrite/bounding.py), at most m = prod(m_i) * prod(k_j) joined rows
+  after the joins (relation.py), one row after a per-unit subquery; a single table's filtered cap reads at most
+  `examined` rows of each person, and each row's values meet the filter at most FILTER_RUNS times;
+- every stage a row passes through (scan, filter, projection, aggregate) costs ROW units, every row a join outputs
+  JOIN units; an analyst expression costs its typecheck cost on every row it may see (the WHERE on the rows it
+  filters, keys and aggregate arguments on the kept rows; COUNT(DISTINCT) also hashes its value);
+- each quantile argument reads the bounded rows again (its bucket query): all of the above runs once per pass;
+- Python's release draws noise for each candidate group, and one person adds at most m candidate groups.
+The total is compared with the policy's bound, `max_person_slowdown` times QUERY_FLOOR: the work every query costs
+whatever the data. A query is never cheaper than that, so with any one person it takes at most about
+(1 + max_person_slowdown) times as long as without them. The filtered cap's look-ahead is what is left of the bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dpsql.errors import QueryRejected
+from dpsql.policy import WorkLimits
+
+# The work of the smallest query whatever the data (parse to answer, about 1 ms on the 2-core reference machine:
+# `python -m benchmarks.attacks.person_work` measures it beside the units' own time).
+QUERY_FLOOR = 500_000
+ROW = 4  # one row through one stage of the bounded query (measured: 2-8 ns per row and stage)
+JOIN = 8  # one row a join outputs (measured: 7-9 ns per joined row)
+DRAW = 2_500  # one noise draw in Python (measured: about 5 us)
+FILTER_RUNS = 7  # the filtered cap meets a row's values at most this often (rewrite/bounding.cap_rows)
+MAX_EXAMINED = 1_000_000  # the filtered cap's look-ahead never exceeds this many rows per person
+
+
+@dataclass(frozen=True)
+class WorkTerm:
+    """One part of a person's work: `what` runs on at most `rows` rows of one person, at most `units` each."""
+
+    what: str
+    rows: int
+    units: int
+
+    @property
+    def total(self) -> int:
+        return self.rows * self.units
+
+
+@dataclass(frozen=True)
+class PersonWork:
+    """The most work one person's rows can cause in one query, and the bound it was checked against."""
+
+    terms: tuple[WorkTerm, ...]  # the engine's, once per pass
+    passes: int  # how many times the engine reads the bounded rows: 1 + one bucket query per quantile argument
+    limit: int
+    examined: int | None = None  # single table with a filter: the rows of one person the filtered cap may read
+    release: tuple[WorkTerm, ...] = ()  # Python's, once
+
+    @property
+    def total(self) -> int:
+        return self.passes * sum(term.total for term in self.terms) + sum(term.total for term in self.release)
+
+    @property
+    def largest(self) -> WorkTerm:
+        return max((*self.terms, *self.release), key=lambda term: term.total)
+
+    def describe(self) -> str:
+        share = self.total / QUERY_FLOOR
+        return (f"at most {self.total:,} units of work for one person's rows ({share:.2g}x the fixed work of a "
+                f"query; the policy allows {self.limit:,})")
+
+
+def limit_of(limits: WorkLimits) -> int:
+    return int(limits.max_person_slowdown * QUERY_FLOOR)
+
+
+def join_terms(what: str, rows_before: int, rows_after: int) -> list[WorkTerm]:
+    """A join stage: each of the person's rows so far probes the other table, and each joined row is output."""
+    return [WorkTerm(what, rows_before, ROW), WorkTerm(what, rows_after, JOIN)]
+
+
+def stage_terms(rows: int, filter_cost: int | None, filter_text: str, expressions: Sequence[tuple[str, int]],
+                filter_runs: int = 1) -> list[WorkTerm]:
+    """Rows through a filter (evaluated `filter_runs` times on each), then through keys and aggregate arguments
+    (`expressions`: their text and cost per row) and the stages that project and aggregate them."""
+    terms = [WorkTerm("reading and aggregating the rows", rows, ROW * (3 + len(expressions)))]
+    if filter_cost is not None:
+        terms.append(WorkTerm(filter_text, rows, filter_runs * filter_cost))
+    terms += [WorkTerm(text, rows, cost) for text, cost in expressions]
+    return terms
+
+
+def bound(terms: Sequence[WorkTerm], passes: int, limits: WorkLimits, groups: int = 0,
+          draws_per_group: int = 0) -> PersonWork:
+    """The person's work, refused when over the policy's bound. `groups`: candidate groups one person can add to
+    what Python releases, each costing `draws_per_group` noise draws."""
+    release = (WorkTerm("drawing the noise of the groups one person adds", groups, draws_per_group * DRAW),) \
+        if groups else ()
+    work = PersonWork(tuple(terms), passes, limit_of(limits), release=release)
+    _refuse_over(work, limits)
+    return work
+
+
+def with_lookahead(terms: Sequence[WorkTerm], passes: int, limits: WorkLimits, filter_text: str, filter_cost: int,
+                   first: int, groups: int = 0, draws_per_group: int = 0) -> PersonWork:
+    """A single table's filtered cap: the rows it reads of one person (its look-ahead) are as many as the bound
+    leaves room for, at least `first` (the cap itself: m rows); each meets the filter FILTER_RUNS times."""
+    fixed = bound(terms, passes, limits, groups, draws_per_group)
+    per_row = FILTER_RUNS * filter_cost + 2 * ROW  # the filter's runs, and the window that ranks the passing rows
+    room = (fixed.limit - fixed.total) // passes
+    examined = min(MAX_EXAMINED, max(first, room // per_row))
+    work = PersonWork((*fixed.terms, WorkTerm(filter_text, examined, per_row)), passes, fixed.limit, examined,
+                      fixed.release)
+    _refuse_over(work, limits)
+    return work
+
+
+def _refuse_over(work: PersonWork, limits: WorkLimits) -> None:
+    if work.total <= work.limit:
+        return
+    largest = work.largest
+    passes = (f", and the engine reads the rows {work.passes} times (once more for each quantile's argument)"
+              if work.passes > 1 else "")
+    raise QueryRejected(
+        f"one person's rows could cost up to {work.total:,} units of work in this query, more than the policy "
+        f"allows ({work.limit:,}: [engine] max_person_slowdown = {limits.max_person_slowdown:g} of a query's fixed "
+        f"work), so its running time could tell about that person. The most: {largest.what}, on up to "
+        f"{largest.rows:,} row(s) of one person at up to {largest.units:,} units each{passes}. Join fewer tables or "
+        "on keys with fewer rows per value, or use cheaper expressions (shorter LIKE patterns, fewer text "
+        "functions)")
+
+
+__all__ = ["FILTER_RUNS", "QUERY_FLOOR", "PersonWork", "WorkTerm", "bound", "join_terms", "limit_of",
+           "stage_terms", "with_lookahead"]
