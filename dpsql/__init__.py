@@ -15,6 +15,7 @@ from dpsql.errors import (
     InterfaceError,
     InternalError,
     LedgerError,
+    NoRowsReleased,
     NotSupportedError,
     OperationalError,
     PolicyError,
@@ -50,8 +51,8 @@ __version__ = "0.1.0"
 __all__ = [
     "BINARY", "DATETIME", "NUMBER", "ROWID", "STRING", "Binary", "BudgetExhausted", "Connection", "Cursor",
     "DataError", "DatabaseError", "Date", "DateFromTicks", "Error", "ExecutionFailed", "IntegrityError",
-    "InterfaceError", "InternalError", "LedgerError", "NotSupportedError", "OperationalError", "Policy",
-    "PolicyError", "PrivateResult", "PrivateSession", "ProgrammingError", "QueryRejected", "Time", "TimeFromTicks",
-    "Timestamp", "TimestampFromTicks", "Warning", "apilevel", "connect", "load_policy", "paramstyle",
-    "threadsafety",
+    "InterfaceError", "InternalError", "LedgerError", "NoRowsReleased", "NotSupportedError", "OperationalError",
+    "Policy", "PolicyError", "PrivateResult", "PrivateSession", "ProgrammingError", "QueryRejected", "Time",
+    "TimeFromTicks", "Timestamp", "TimestampFromTicks", "Warning", "apilevel", "connect", "load_policy",
+    "paramstyle", "threadsafety",
 ]

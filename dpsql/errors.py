@@ -6,11 +6,19 @@ Messages name the problem from the SQL and the policy only; none may carry a val
 
 from __future__ import annotations
 
+import builtins
+from fractions import Fraction
 from typing import ClassVar
 
 
-class Warning(Exception):
-    """PEP 249: important warnings."""
+class Warning(builtins.Warning):
+    """PEP 249: important warnings. A subclass of Python's own Warning (itself an Exception, as PEP 249 asks), so
+    that the DB-API can issue it with `warnings.warn` as well as list it in `Cursor.messages`."""
+
+
+class NoRowsReleased(Warning):
+    """A grouped query came back with no rows (and was charged): no group passed partition selection, or HAVING,
+    LIMIT or OFFSET removed every released one. The message says which, and what to change."""
 
 
 class Error(Exception):
@@ -100,6 +108,24 @@ class LedgerError(OperationalError):
     sqlstate = "58030"  # io_error
 
 
+class CannotListen(OperationalError):
+    """`dpsql serve` cannot listen on its address: the port is in use, needs privileges, or the host is unknown."""
+
+    exit_code = 69  # sysexits EX_UNAVAILABLE: a service the command needs is not available
+
+
+class NoTerminal(InterfaceError):
+    """A command would ask a question (a password), and there is no terminal to ask it on."""
+
+    exit_code = 66  # sysexits EX_NOINPUT: the input the command needs cannot be read
+
+
+class ServerSetupError(OperationalError):
+    """The server's own files (the TLS certificate and key) cannot be used."""
+
+    exit_code = 78  # sysexits EX_CONFIG: a configuration error
+
+
 class ExecutionFailed(OperationalError):
     """The engine failed while running a query on the data.
 
@@ -114,6 +140,16 @@ class ExecutionFailed(OperationalError):
         super().__init__(message)
 
 
+def shown(value: object) -> str:
+    """A number (or text) the user gave, written as they would write it in a message, never as Python's repr: an
+    exact rational is its decimal (-1, not Fraction(-1, 1)), text is quoted."""
+    if isinstance(value, Fraction):
+        return str(value.numerator) if value.denominator == 1 else f"{float(value):g}"
+    if isinstance(value, str):
+        return f"'{value}'"
+    return str(value)
+
+
 def first_line(exc: BaseException) -> str:
     """An exception's message cut to its first line (a library's message may go on with hints and a caret
     diagram), without terminal colour codes; the exception's class name when the message is empty."""
@@ -123,6 +159,7 @@ def first_line(exc: BaseException) -> str:
 
 __all__ = [
     "BudgetExhausted",
+    "CannotListen",
     "DataError",
     "DatabaseError",
     "Error",
@@ -131,10 +168,13 @@ __all__ = [
     "InterfaceError",
     "InternalError",
     "LedgerError",
+    "NoRowsReleased",
+    "NoTerminal",
     "NotSupportedError",
     "OperationalError",
     "PolicyError",
     "ProgrammingError",
     "QueryRejected",
+    "ServerSetupError",
     "Warning",
 ]

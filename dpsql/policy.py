@@ -7,7 +7,9 @@ in particular never from the data, which would itself leak.
 
 from __future__ import annotations
 
+import datetime
 import glob
+import json
 import math
 import re
 import tomllib
@@ -233,9 +235,14 @@ def load_policy(path: str | Path) -> Policy:
     except OSError as exc:
         raise PolicyError(f"policy {path}: cannot read the file ({exc.strerror or exc})") from None
     try:
-        raw = tomllib.loads(raw_bytes.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raw = tomllib.loads(raw_bytes.decode("utf-8-sig"))  # an editor's byte-order mark is not part of the TOML
+    except tomllib.TOMLDecodeError as exc:
         raise PolicyError(f"policy {path}: not valid TOML ({exc})") from None
+    except UnicodeDecodeError as exc:
+        line = raw_bytes[:exc.start].count(b"\n") + 1
+        raise PolicyError(f"policy {path}: not valid TOML (line {line} is not UTF-8 text)") from None
+    except RecursionError:  # tomllib reads nested arrays and inline tables recursively
+        raise PolicyError(f"policy {path}: not valid TOML (arrays or inline tables nested too deeply)") from None
     reader = _Reader(path)
     reader.keys(raw, "", {"budget", "tables", "engine", "server"})
     tables_raw = reader.require(raw, "", "tables", dict)
@@ -361,6 +368,27 @@ def _server_file(reader: _Reader, server: dict, key: str, default: str, path: Pa
     return named
 
 
+# What TOML calls the kinds of value a key may need, and what a value found is: messages speak TOML, not Python.
+_TOML_KINDS = {str: "a string", int: "an integer", float: "a number", bool: "true or false", dict: "a table",
+               list: "an array"}
+
+
+def toml_text(value: Any) -> str:
+    """A value read from the policy, described as TOML writes it: `an integer (2)`, `a string ("x")`, `an array`."""
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, int | float):
+        return f"{'an integer' if isinstance(value, int) else 'a number'} ({value})"
+    if isinstance(value, str):
+        text = json.dumps(value[:40] + ("..." if len(value) > 40 else ""))  # TOML's escapes are JSON's
+        return f"a string ({text})"
+    if isinstance(value, datetime.datetime | datetime.date | datetime.time):
+        kind = "a date-time" if isinstance(value, datetime.datetime) else \
+            "a date" if isinstance(value, datetime.date) else "a time"
+        return f"{kind} ({value.isoformat()})"
+    return "a table" if isinstance(value, dict) else "an array"
+
+
 _TABLE_KEYS = {"source", "format", "table", "privacy_unit", "row_privacy", "max_rows_per_unit", "columns", "public",
                "unit", "max_groups_per_unit", "max_rows_per_group"}
 _COLUMN_KEYS = {"type", "lower", "upper", "values", "nullable", "max_length", "per_unit"}
@@ -393,8 +421,8 @@ class _Reader:
         if kind in (float, (int, float)) and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-            names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-            self.fail(where, key, f"expected {names}, got {type(value).__name__} {value!r}")
+            wanted = _TOML_KINDS[kind if isinstance(kind, type) else float]
+            self.fail(where, key, f"expected {wanted}, got {toml_text(value)}")
         return value
 
     def number(self, raw: dict, where: str, key: str, default: float | None = None,
@@ -566,7 +594,7 @@ class _Reader:
             self.fail(here, "values", f"public values are supported for int, float, text and bool, not {ctype.value}")
         for value in values:
             if not isinstance(value, expected) or (ctype is not ColumnType.BOOL and isinstance(value, bool)):
-                self.fail(here, "values", f"{value!r} is not a {ctype.value}")
+                self.fail(here, "values", f"{toml_text(value)} is not a {ctype.value}")
         if len(set(values)) != len(values):
             self.fail(here, "values", "a value is listed twice")
         return [float(v) if ctype is ColumnType.FLOAT else v for v in values]

@@ -22,7 +22,8 @@ from dpsql.analysis.public_query import public_sql
 from dpsql.dp.noise import RandomSource, SecureRandom
 from dpsql.engines.base import Engine
 from dpsql.engines.duckdb_engine import DuckDBEngine
-from dpsql.errors import DataError, ExecutionFailed, ProgrammingError
+from dpsql.engines.progress import SILENT, Progress
+from dpsql.errors import DataError, ExecutionFailed, ProgrammingError, shown
 from dpsql.planning.accuracy import budget_for_accuracy
 from dpsql.planning.aggregates import VOCABULARY
 from dpsql.planning.plan import Budget, Cost, QueryPlan, plan
@@ -257,13 +258,15 @@ class PrivateSession:
         return Budget(value, exact(budget.query_delta), budget.accounting, budget.mechanism, bool(intervals))
 
 
-def build_engine(policy: Policy, *, bounding_seed: int | None = None, threads: int | None = None) -> Engine:
-    """The engine the policy's `[engine] kind` names. Spark is imported only when asked for: it is optional."""
+def build_engine(policy: Policy, *, bounding_seed: int | None = None, threads: int | None = None,
+                 progress: Progress = SILENT) -> Engine:
+    """The engine the policy's `[engine] kind` names, telling `progress` of each long step of its load (the DuckDB
+    engine; Spark logs its own). Spark is imported only when asked for: it is optional."""
     if policy.engine.kind == "spark":
         from dpsql.engines.spark_engine import SparkEngine
 
         return SparkEngine(policy, bounding_seed=bounding_seed)
-    return DuckDBEngine(policy, bounding_seed=bounding_seed, threads=threads)
+    return DuckDBEngine(policy, bounding_seed=bounding_seed, threads=threads, progress=progress)
 
 
 def _epsilon(value: Any) -> Fraction:
@@ -272,9 +275,9 @@ def _epsilon(value: Any) -> Fraction:
         raise DataError(f"epsilon must be a number, got {type(value).__name__}")
     number = float(value)
     if not math.isfinite(number) or number <= 0:
-        raise DataError(f"epsilon must be a finite number > 0, got {value!r}")
+        raise DataError(f"epsilon must be a finite number > 0, got {shown(value)}")
     if number < _MIN_EPSILON:
-        raise DataError(f"epsilon {value!r} is below {_MIN_EPSILON:g}: the noise would drown any answer")
+        raise DataError(f"epsilon {shown(value)} is below {_MIN_EPSILON:g}: the noise would drown any answer")
     return exact(value)
 
 

@@ -153,7 +153,8 @@ def test_an_internal_error_is_one_line_too(visits_policy: Path, monkeypatch) -> 
         raise RuntimeError("boom")
     monkeypatch.setattr(cli.PrivateSession, "execute", broken)
     code, _out, err = run("query", GROUPED, "--policy", str(visits_policy))
-    assert code == 70 and "internal error (RuntimeError: boom)" in err and "Traceback" not in err
+    assert code == 70 and "internal error (boom): a bug in dpsql" in err and "Traceback" not in err
+    assert "RuntimeError" not in err
 
 
 def test_init_then_policy_check(tmp_path: Path) -> None:
@@ -164,9 +165,32 @@ def test_init_then_policy_check(tmp_path: Path) -> None:
     parsed = tomllib.loads(policy.read_text())
     assert parsed["tables"]["people"]["privacy_unit"] == "person"
     code, out, _ = run("policy", "check", str(policy))
-    assert code == 0 and "table people: 3 columns, unit person" in out and out.strip().endswith("ok")
+    assert code == 0 and "table people: 3 columns, unit person" in out
+    assert out.strip().endswith("loads, but is not finished: 5 TODO(s) left (see the warnings)")
     code, _, err = run("init", str(tmp_path / "people.csv"), "-o", str(policy))
     assert code == 4 and "exists already" in err
+
+
+def test_policy_check_warns_on_every_todo_left(tmp_path: Path) -> None:
+    """An unedited skeleton loads (its placeholders are valid TOML), but is not a finished policy: every marker
+    `dpsql init` left is a warning naming its line, and only a policy without any says ok."""
+    (tmp_path / "people.csv").write_text("person,age,city\n1,30,a\n2,41,b\n")
+    policy = tmp_path / "people.toml"
+    assert run("init", str(tmp_path / "people.csv"), "--unit", "person", "-o", str(policy))[0] == 0
+    lines = policy.read_text().splitlines()
+    marked = [number for number, line in enumerate(lines, start=1) if "TODO:" in line]
+    code, out, err = run("policy", "check", str(policy))
+    warned = [line for line in err.splitlines() if line.startswith("dpsql: warning: people.toml, line ")]
+    assert code == 0 and len(marked) == 5
+    assert [int(line.split("line ")[1].split(":")[0]) for line in warned] == marked
+    assert "a TODO is left: how many rows one person may contribute to a query" in err
+    assert out.splitlines()[-1] == "loads, but is not finished: 5 TODO(s) left (see the warnings)"
+    policy.write_text("\n".join(line.split("#")[0].rstrip() for line in lines) + "\n")  # every marker removed
+    code, out, err = run("policy", "check", str(policy))
+    assert code == 0 and out.splitlines()[-1] == "ok" and "warning" not in err
+    (tmp_path / "bare.toml").write_text(policy.read_text().replace('privacy_unit = "person"', 'privacy_unit = "TODO"'))
+    code, _, err = run("policy", "check", str(tmp_path / "bare.toml"))  # the unit's placeholder, then the error
+    assert code == 1 and "bare.toml, line 11: a TODO is left" in err and "column 'todo' is not declared" in err
 
 
 def test_no_ledger_no_answer_until_the_steward_creates_it(tmp_path: Path) -> None:

@@ -174,11 +174,14 @@ def test_an_analyst_sees_only_their_own_charges_and_the_totals(pums_policy: Path
 def test_every_error_class_carries_an_exit_code_and_a_sqlstate() -> None:
     import dpsql.errors as errors
 
-    classes = [getattr(errors, name) for name in errors.__all__ if name != "Warning"]
+    classes = [getattr(errors, name) for name in errors.__all__ if not issubclass(getattr(errors, name), Warning)]
     for cls in classes:
         assert len(cls.sqlstate) == 5 and cls.sqlstate.isalnum() and cls.sqlstate.upper() == cls.sqlstate, cls
-        assert cls.exit_code in (1, 3, 4) and cls.label in ("error", "rejected", "refused"), cls
+        assert cls.exit_code in (1, 3, 4, 66, 69, 78) and cls.label in ("error", "rejected", "refused"), cls
     assert (errors.QueryRejected.exit_code, errors.QueryRejected.sqlstate) == (4, "0A000")
     assert (errors.BudgetExhausted.exit_code, errors.BudgetExhausted.sqlstate) == (3, "53000")
     assert (errors.PolicyError.exit_code, errors.LedgerError.exit_code) == (1, 1)
     assert errors.DataError.sqlstate == "22023" and errors.ProgrammingError.sqlstate == "42000"
+    # sysexits for what is neither the query's nor the policy's fault (cli.py's docstring)
+    assert (errors.NoTerminal.exit_code, errors.CannotListen.exit_code, errors.ServerSetupError.exit_code) == (
+        66, 69, 78)

@@ -582,6 +582,8 @@ def _aggregate(node: exp.Expression, table: TablePolicy, vocabulary: Vocabulary,
                             f"{vocabulary.supported})")
     if isinstance(argument, exp.Distinct):
         raise QueryRejected(f"{text}: DISTINCT inside {kind.upper()} is not supported")
+    if argument is None:  # QUANTILE_CONT(, 0.5) parses
+        raise QueryRejected(f"{text}: {kind.upper()} needs a value to aggregate")
     vet_row_expression(argument, text)
     typed = _type_check(argument, table, text, numeric=True)
     try:

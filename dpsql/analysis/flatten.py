@@ -236,7 +236,7 @@ def _inner_outputs(inner: exp.Select, policy: Policy) -> tuple[list[tuple[str, e
     for clause, value in inner.args.items():
         if value and clause not in _INNER_CLAUSES:
             raise _CannotMerge()
-    if has_aggregate(inner):
+    if has_aggregate(inner) or inner.args.get("from_") is None:  # no FROM: nothing to merge into
         raise _CannotMerge()
     table_names, table = _table_names(inner.args["from_"].this, policy)
     items = inner.expressions

@@ -88,6 +88,8 @@ def per_unit_relation(subquery: exp.Subquery, policy: Policy, type_check: TypeCh
     joined = None
     if inner.args.get("joins"):
         inner, joined = resolve(inner, policy, facts)  # the joined rows, capped: at most m per unit
+        if joined is None:
+            raise QueryRejected(f"{_RULE}; a JOIN needs a table in FROM before it")
         if joined.schema.privacy_unit is None:
             raise QueryRejected(f"{_RULE}; the joined rows have no privacy unit to aggregate by")
     table = joined.schema if joined is not None else _inner_table(inner, policy)

@@ -281,7 +281,7 @@ def _equalities(member: _Member, earlier: dict[str, _Member]) -> list[tuple[exp.
         if not isinstance(part, exp.EQ):
             raise QueryRejected(f"{rule}; a non-equality condition could let one row meet unboundedly many")
         sides = [side.unnest() for side in (part.this, part.expression)]
-        if not all(isinstance(side, exp.Column) for side in sides):
+        if not all(isinstance(side, exp.Column) and not isinstance(side.this, exp.Star) for side in sides):
             raise QueryRejected(f"{rule}; a join key that is an expression (a cast, a function) could make several "
                                 "values meet one")
         ours = [side for side in sides if side.table == member.alias]

@@ -25,6 +25,7 @@ from dpsql.analysis.public_facts import PublicFacts
 from dpsql.engines import store
 from dpsql.engines.base import Engine
 from dpsql.engines.loading import TableLoader, portable_ranks
+from dpsql.engines.progress import SILENT, Progress, duckdb_percent
 from dpsql.engines.public_facts import DuckDBPublicFacts
 from dpsql.engines.watchdog import Watchdog
 from dpsql.errors import ExecutionFailed, PolicyError, QueryRejected, first_line
@@ -60,7 +61,10 @@ _STARTUP_CONFIG = {
 class DuckDBEngine(Engine):
     """A sandboxed in-memory DuckDB holding the policy's tables, prepared for bounded queries."""
 
-    def __init__(self, policy: Policy, *, bounding_seed: int | None = None, threads: int | None = None) -> None:
+    def __init__(self, policy: Policy, *, bounding_seed: int | None = None, threads: int | None = None,
+                 progress: Progress = SILENT) -> None:
+        """Load the policy's tables (or attach its prepared store, built first if need be), telling `progress` of
+        each long step."""
         self.time_limit = policy.time_limit
         config = dict(_STARTUP_CONFIG)
         if threads is not None:
@@ -79,13 +83,14 @@ class DuckDBEngine(Engine):
         with sandbox.opened(config) as con:  # locked when the tables are loaded
             self._con = con
             if policy.store is not None:
-                self._attach_store(policy, bounding_seed, config)
+                self._attach_store(policy, bounding_seed, config, progress)
             else:
                 con.execute(f"CREATE SCHEMA {TWIN_SCHEMA}")
-                loader = TableLoader(con, policy.path.name, portable_ranks(bounding_seed))
                 salt = store.new_salt(bounding_seed)
-                for table in policy.tables.values():
-                    loader.load(table, salt)
+                with duckdb_percent(con, progress) as percent:
+                    loader = TableLoader(con, policy.path.name, portable_ranks(bounding_seed), progress, percent)
+                    for table in policy.tables.values():
+                        loader.load(table, salt)
             # A second client whose default schema holds empty tables of the same names and columns: the very SQL
             # that will run on the data is first run there, where no row can influence what happens.
             self._twin = con.cursor()
@@ -123,14 +128,15 @@ class DuckDBEngine(Engine):
         with watchdog.running():
             return public.execute(sql).fetchall()
 
-    def _attach_store(self, policy: Policy, bounding_seed: int | None, config: dict[str, str]) -> None:
+    def _attach_store(self, policy: Policy, bounding_seed: int | None, config: dict[str, str],
+                      progress: Progress) -> None:
         """Use the prepared store (engines/store.py), built first if it is missing or was built for other data: its
         database, attached read-only, becomes the default one, where the rewrite's table names are found."""
         assert policy.store is not None
         build_config = {k: v for k, v in config.items() if k != "disabled_optimizers"}
         if policy.prepare_memory_limit is not None:  # a build sorts the whole table: it may get more than a query
             build_config["memory_limit"] = policy.prepare_memory_limit
-        wanted, self.store_built = store.ensure(policy, self.data_version, bounding_seed, build_config)
+        wanted, self.store_built = store.ensure(policy, self.data_version, bounding_seed, build_config, progress)
         path = exp.Literal.string(str(policy.store)).sql(DIALECT)
         self._con.execute(f"ATTACH {path} AS {names.STORE} (READ_ONLY)")
         self._con.execute(f"USE {names.STORE}")

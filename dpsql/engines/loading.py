@@ -8,6 +8,8 @@ from __future__ import annotations
 import duckdb
 from sqlglot import exp
 
+from dpsql.engines.csv_shape import csv_problem
+from dpsql.engines.progress import SILENT, Percent, Progress
 from dpsql.errors import PolicyError, first_line
 from dpsql.policy import TablePolicy
 from dpsql.rewrite.bounding import cleaned_rows, later_rows, prepared_rows, varying_units
@@ -19,25 +21,37 @@ from dpsql.sql.parse import DIALECT
 class TableLoader:
     """Loads tables into `con` (whose twin schema exists); errors name the policy, the table and the key."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, policy_name: str, portable: bool = False) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, policy_name: str, portable: bool = False,
+                 progress: Progress = SILENT, percent: Percent | None = None) -> None:
         self.con = con
         self.policy_name = policy_name
         self.portable = portable  # rank by bounding.portable_key, as the Spark engine does (see `portable_ranks`)
+        self.progress = progress  # told of each step (engines/progress.py); `percent` says how far one has gone
+        self.percent = percent
 
     def load(self, table: TablePolicy, salt: int) -> None:
         found = self._source_columns(table, self._source(table, typed=False))
         missing = [name for name in table.columns if name not in found]
         if missing:
+            self._fail_shape(table)  # DuckDB read a malformed file as other columns: say where it is malformed
             self._fail(table, f"columns.{missing[0]}", f"the source has no column '{missing[0]}' (it has: "
                                                        f"{', '.join(sorted(found))})")
         # A public table is kept as it is (typed and cleaned): its rows are read as they are, and joined.
         source = self._source(table)
         rows = cleaned_rows(table, source) if table.public else prepared_rows(table, source, salt, self.portable)
         try:
-            self.con.execute(f"CREATE TABLE {prepared_table(table.name)} AS {rows.sql(DIALECT)}")
-        except duckdb.Error as exc:
-            self._fail(table, "source", f"cannot load {table.source.pattern!r} with the declared column types: "
-                                        f"{self._column_hint(table)} ({type(exc).__name__})")
+            with self.progress.step(f"reading {table.source.pattern} into table {table.name}", self.percent) as step:
+                self.con.execute(f"CREATE TABLE {prepared_table(table.name)} AS {rows.sql(DIALECT)}")
+                if self.progress.detailed:  # the steward's: the data's size is theirs to see
+                    count = self.con.execute(f"SELECT COUNT(*) FROM {prepared_table(table.name)}").fetchone()[0]
+                    step.result = f"{count:,} rows"
+        except duckdb.Error:
+            self._fail_shape(table)
+            try:
+                hint = self._column_hint(table)
+            except duckdb.Error:  # never shown: DuckDB's message may quote a row
+                hint = "the source could not be read to the end (a damaged or truncated file?)"
+            self._fail(table, "source", f"cannot load {table.source.pattern!r} with the declared column types: {hint}")
         for column in table.columns.values():
             if column.per_unit and not table.row_privacy:
                 check = varying_units(table, prepared_table(table.name), column).sql(DIALECT)
@@ -48,7 +62,8 @@ class TableLoader:
         tables = [prepared_table(table.name)]
         later = None if table.public else later_rows(table, prepared_table(table.name))
         if later is not None:
-            self.con.execute(f"CREATE TABLE {later_rows_table(table.name)} AS {later.sql(DIALECT)}")
+            with self.progress.step(f"listing the later rows of table {table.name}", self.percent):
+                self.con.execute(f"CREATE TABLE {later_rows_table(table.name)} AS {later.sql(DIALECT)}")
             tables.append(later_rows_table(table.name))
         for name in tables:
             self.con.execute(f"CREATE TABLE {TWIN_SCHEMA}.{name} AS SELECT * FROM {name} LIMIT 0")
@@ -74,18 +89,27 @@ class TableLoader:
             try:
                 self.con.execute(f"ATTACH {path.sql(DIALECT)} AS {alias} (READ_ONLY)")
             except duckdb.Error as exc:
-                self._fail(table, "source", f"cannot open the DuckDB database ({type(exc).__name__})")
+                self._fail(table, "source", f"cannot open the DuckDB database ({first_line(exc)})")
         return exp.Table(this=exp.to_identifier(table.source.table, quoted=True), db=exp.to_identifier(alias))
 
     def _source_columns(self, table: TablePolicy, source: exp.Expression) -> dict[str, str]:
         try:
             described = self.con.execute(f"DESCRIBE {exp.select('*').from_(source).sql(DIALECT)}").fetchall()
         except duckdb.Error as exc:
+            self._fail_shape(table)
             self._fail(table, "source", f"cannot read {table.source.pattern!r} ({first_line(exc)})")
         return {row[0].lower(): row[1] for row in described}
 
     def _fail(self, table: TablePolicy, key: str, problem: str) -> None:
         raise PolicyError(f"policy {self.policy_name}: table '{table.name}', key '{key}': {problem}")
+
+    def _fail_shape(self, table: TablePolicy) -> None:
+        """After DuckDB failed to read a CSV source: fail naming the file and line that is malformed, if one is
+        (engines/csv_shape.py)."""
+        if table.source.kind == "csv":
+            problem = csv_problem(table.source.pattern, table.columns)
+            if problem is not None:
+                self._fail(table, "source", problem)
 
     def _column_hint(self, table: TablePolicy) -> str:
         """Name the first declared column whose values do not all read as its declared type.

@@ -147,9 +147,9 @@ class SparkEngine(Engine):
             raise
         except QueryRejected as exc:  # a cast of the source's type the translation cannot make exactly
             self._fail(table, "source", str(exc))
-        except Exception as exc:
-            self._fail(table, "source", f"cannot load {table.source.pattern!r} with the declared column types "
-                                        f"({type(exc).__name__})")
+        except Exception:  # Spark's own message may quote a row: never shown
+            self._fail(table, "source", f"cannot load {table.source.pattern!r} with the declared column types: "
+                                        "Spark could not read every value as its declared type")
         finally:
             self._spark.conf.set("spark.sql.ansi.enabled", "false")
             self._spark.catalog.dropTempView(source_view)

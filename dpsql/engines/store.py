@@ -23,7 +23,6 @@ import os
 import secrets
 import shutil
 import stat
-import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ import duckdb
 from sqlglot import exp
 
 from dpsql.engines.loading import TableLoader, portable_ranks
+from dpsql.engines.progress import SILENT, Progress, duckdb_percent
 from dpsql.errors import PolicyError
 from dpsql.policy import Policy
 from dpsql.rewrite import bounding
@@ -62,15 +62,15 @@ def identity(data_version: str, bounding_seed: int | None, load: str = "") -> Id
     return Identity(fingerprint, salt)
 
 
-def ensure(policy: Policy, data_version: str, bounding_seed: int | None, config: dict[str, str]) -> tuple[
-        Identity, bool]:
+def ensure(policy: Policy, data_version: str, bounding_seed: int | None, config: dict[str, str],
+           progress: Progress = SILENT) -> tuple[Identity, bool]:
     """The identity the policy's store must have, and whether it had to be built (it was missing or stale)."""
     assert policy.store is not None
     portable = portable_ranks(bounding_seed)
     wanted = identity(data_version, bounding_seed, load_sql(policy, portable))
     if ready(policy.store, wanted):
         return wanted, False
-    build(policy.store, policy, wanted, new_salt(bounding_seed), config, portable)
+    build(policy.store, policy, wanted, new_salt(bounding_seed), config, portable, progress)
     return wanted, True
 
 
@@ -116,19 +116,20 @@ def matches(con: duckdb.DuckDBPyConnection, wanted: Identity) -> bool:
 
 
 def build(path: Path, policy: Policy, wanted: Identity, salt: int, config: dict[str, str],
-          portable: bool = False) -> None:
-    """Build the store for `policy` at `path` (replacing any older one), atomically."""
+          portable: bool = False, progress: Progress = SILENT) -> None:
+    """Build the store for `policy` at `path` (replacing any older one), atomically, telling `progress` of each
+    step."""
     with building_folder(path) as building:
         target = building / path.name
-        progress = {"enable_progress_bar": "true"} if sys.stderr.isatty() else {}
-        with sandbox.opened({**config, **progress}, database=str(target)) as con:
+        with sandbox.opened(config, database=str(target)) as con, duckdb_percent(con, progress) as percent:
             con.execute(f"CREATE SCHEMA {TWIN_SCHEMA}")
-            loader = TableLoader(con, policy.path.name, portable)
+            loader = TableLoader(con, policy.path.name, portable, progress, percent)
             for table in policy.tables.values():
                 loader.load(table, salt)
             con.execute(f"CREATE TABLE {_IDENTITY_TABLE} (fingerprint VARCHAR, salt VARCHAR)")
             con.execute(f"INSERT INTO {_IDENTITY_TABLE} VALUES (?, ?)", [wanted.fingerprint, wanted.salt])
-            con.execute("CHECKPOINT")
+            with progress.step(f"writing the prepared store {path.name}"):
+                con.execute("CHECKPOINT")
         con.close()
         os.chmod(target, 0o600)
         os.replace(target, path)

@@ -1,9 +1,12 @@
 """The `dpsql` command line. Errors are one line on stderr and an exit code, never a traceback.
 
-Exit codes: 0 answered; 1 a broken policy, ledger or engine failure; 2 a usage error (click's convention: a missing
-argument or option, a bad option value such as an --epsilon that is no number); 3 a query refused for lack of
-budget; 4 a query that cannot be answered (malformed, rejected, bad parameters, an epsilon the budget cannot take);
-70 an internal error (a bug: please report). Each error class carries its own code (`dpsql.errors`).
+Exit codes: 0 answered; 1 a broken policy, ledger or engine failure (and an aborted prompt); 2 a usage error
+(click's convention: a missing argument or option, a bad option value such as an --epsilon that is no number); 3 a
+query refused for lack of budget; 4 a query that cannot be answered (malformed, rejected, bad parameters, an epsilon
+the budget cannot take); from sysexits: 66 no terminal to ask a password on (`user add` without --password-stdin),
+69 the server cannot listen on its address (port in use, no privilege, unknown host), 78 the server's TLS
+certificate or key cannot be used; 70 an internal error (a bug: please report); 130 interrupted. Each error class
+carries its own code (`dpsql.errors`).
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ from typing import Any
 
 import click
 
-from dpsql.errors import BudgetExhausted, Error, PolicyError, ProgrammingError
+from dpsql.engines.progress import Progress
+from dpsql.errors import BudgetExhausted, Error, NoTerminal, PolicyError, ProgrammingError, first_line
 from dpsql.frontends.explain import explain
 from dpsql.frontends.format import FORMATS, render, summary, why_no_rows
-from dpsql.frontends.skeleton import skeleton
+from dpsql.frontends.progress import for_stream
+from dpsql.frontends.skeleton import skeleton, todos_left
 from dpsql.policy import load_policy
 from dpsql.session import PrivateSession
 from dpsql.sql.parse import TextParameter
@@ -31,7 +36,8 @@ from dpsql.store.ledger import BudgetLedger, exact
 
 
 def _fail(message: str, code: int) -> None:
-    click.echo(f"dpsql: {message}", err=True)
+    """One line on stderr, whatever the message holds (a name the analyst wrote may hold a line break)."""
+    click.echo("dpsql: " + " ".join(message.split("\n")), err=True)
     sys.exit(code)
 
 
@@ -46,10 +52,13 @@ def _errors_as_messages(command: Callable[..., Any]) -> Callable[..., Any]:
             _fail(f"{exc.label}: {exc}", exc.exit_code)
         except KeyboardInterrupt:
             _fail("interrupted", 130)
+        except click.Abort:  # end of input at a prompt (Ctrl-D): click's own code
+            _fail("aborted", 1)
         except Exception as exc:  # a bug: say so in one line unless asked for the traceback
             if os.environ.get("DPSQL_DEBUG"):
                 raise
-            _fail(f"internal error ({type(exc).__name__}: {exc}); set DPSQL_DEBUG=1 for details", 70)
+            _fail(f"internal error ({first_line(exc)}): a bug in dpsql; set DPSQL_DEBUG=1 for the details, and "
+                  "please report it", 70)
     return wrapper
 
 
@@ -82,8 +91,21 @@ _accuracy_option = click.option("--accuracy", type=EpsilonType(), default=None,
 _ci_option = click.option("--ci", is_flag=True,
                           help="Show each noisy value's 95% confidence interval. A quantile (MEDIAN, MIN, ...) then "
                                "spends a quarter of its epsilon on its interval; without --ci its value has all.")
+_quiet_option = click.option("--quiet", "-q", is_flag=True,
+                             help="Show no progress on stderr (by default long steps are shown as they run).")
 _param_option = click.option("--param", "-p", "params", multiple=True,
                              help="A query parameter: VALUE for ? placeholders (in order), NAME=VALUE for :name.")
+
+
+def _analyst_progress(quiet: bool) -> Progress:
+    """An analyst's command shows elapsed time only: how far a scan of the private data has gone, or how many rows a
+    table has, is not theirs to see (frontends/progress.py)."""
+    return for_stream(sys.stderr, quiet=quiet, detailed=False)
+
+
+def _steward_progress(quiet: bool) -> Progress:
+    """The steward's commands (prepare, policy check, serve) show row counts and how far each step has gone."""
+    return for_stream(sys.stderr, quiet=quiet, detailed=True)
 
 
 def _parameters(params: tuple[str, ...]) -> list[TextParameter] | dict[str, TextParameter] | None:
@@ -114,14 +136,19 @@ def main() -> None:
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @_ci_option
 @_param_option
+@_quiet_option
 @_errors_as_messages
 def query(sql: str, policy: Path, epsilon: Fraction | float | None, accuracy: Fraction | float | None,
-          analyst: str | None, fmt: str, ci: bool, params: tuple[str, ...]) -> None:
+          analyst: str | None, fmt: str, ci: bool, params: tuple[str, ...], quiet: bool) -> None:
     """Run SQL privately: charge the budget, add calibrated noise, print the answer."""
-    session = PrivateSession(policy, analyst)
+    progress = _analyst_progress(quiet)
+    with progress.step("loading the tables"):
+        session = PrivateSession(policy, analyst)
     try:
         # A quantile's interval costs a quarter of its epsilon: measured only when it is shown.
-        result = session.execute(sql, _parameters(params), epsilon=epsilon, accuracy=accuracy, quantile_intervals=ci)
+        with progress.step("running the query"):
+            result = session.execute(sql, _parameters(params), epsilon=epsilon, accuracy=accuracy,
+                                     quantile_intervals=ci)
         click.echo(render(result, fmt, ci))
         reason = why_no_rows(result)
         if reason is not None:
@@ -138,11 +165,13 @@ def query(sql: str, policy: Path, epsilon: Fraction | float | None, accuracy: Fr
 @_accuracy_option
 @_ci_option
 @_param_option
+@_quiet_option
 @_errors_as_messages
 def explain_command(sql: str, policy: Path, epsilon: Fraction | float | None, accuracy: Fraction | float | None,
-                    ci: bool, params: tuple[str, ...]) -> None:
+                    ci: bool, params: tuple[str, ...], quiet: bool) -> None:
     """Show the rewritten SQL, each cell's mechanism, noise and interval, and the cost. Spends nothing."""
-    session = PrivateSession(policy)
+    with _analyst_progress(quiet).step("loading the tables"):
+        session = PrivateSession(policy)
     try:
         prepared = session.prepare(sql, _parameters(params), epsilon=epsilon, accuracy=accuracy,
                                    quantile_intervals=ci)
@@ -183,8 +212,9 @@ def budget(policy: Path, analyst: str | None, history: bool, init: bool) -> None
 
 @main.command()
 @_policy_option
+@_quiet_option
 @_errors_as_messages
-def prepare(policy: Path) -> None:
+def prepare(policy: Path, quiet: bool) -> None:
     """Build the policy's prepared store ([engine] store) if it is missing or stale: queries then attach it instead
     of loading every source again. The steward runs it after the data change (a query would otherwise build it)."""
     from dpsql.session import build_engine
@@ -194,7 +224,8 @@ def prepare(policy: Path) -> None:
         raise PolicyError(f"policy {loaded.path.name}: key '[engine] store': not set, so every query loads the "
                           f"sources itself; set `store = true` (beside the ledger) or a file name to prepare them")
     started = time.monotonic()
-    engine = build_engine(loaded)  # DuckDB's store file, or Spark's folder of Parquet ([engine] kind)
+    # DuckDB's store file, or Spark's folder of Parquet ([engine] kind)
+    engine = build_engine(loaded, progress=_steward_progress(quiet))
     engine.close()
     done = "built" if engine.store_built else "ready (already built for these sources and this policy)"
     click.echo(f"prepared store {loaded.store}: {done}" + (f" in {time.monotonic() - started:.1f} s"
@@ -230,13 +261,21 @@ def policy() -> None:
 
 @policy.command()
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@_quiet_option
 @_errors_as_messages
-def check(file: Path) -> None:
-    """Check a policy and load its tables: every problem is named with its table and key."""
+def check(file: Path, quiet: bool) -> None:
+    """Check a policy and load its tables: every problem is named with its table and key, and every TODO that
+    `dpsql init` left in it is a warning."""
     from dpsql.session import build_engine
 
+    try:
+        todos = todos_left(file.read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        todos = []  # load_policy says why it cannot be read
+    for line, asked in todos:
+        click.echo(f"dpsql: warning: {file.name}, line {line}: a TODO is left: {asked}", err=True)
     loaded = load_policy(file)
-    build_engine(loaded).close()
+    build_engine(loaded, progress=_steward_progress(quiet)).close()
     for table in loaded.tables.values():
         bounded = [c.name for c in table.columns.values() if c.bounded]
         public = [c.name for c in table.columns.values() if c.values is not None]
@@ -254,7 +293,7 @@ def check(file: Path) -> None:
         click.echo(f"ledger: {budget.ledger}: {spent.queries} queries, epsilon {spent.epsilon_spent:g} spent")
     else:
         click.echo(f"ledger: {budget.ledger} does not exist yet: create it with `dpsql budget --init --policy {file}`")
-    click.echo("ok")
+    click.echo(f"loads, but is not finished: {len(todos)} TODO(s) left (see the warnings)" if todos else "ok")
 
 
 @main.command()
@@ -273,9 +312,10 @@ def check(file: Path) -> None:
               help="Seconds from connecting to logged in.")
 @click.option("--idle-timeout", default=3600.0, show_default=True, type=click.FloatRange(min=0),
               help="Seconds a client may stay silent (0: no limit).")
+@_quiet_option
 @_errors_as_messages
 def serve(policy: Path, host: str, port: int, tls_cert: Path | None, tls_key: Path | None, require_tls: bool,
-          max_connections: int, max_message: int, login_timeout: float, idle_timeout: float) -> None:
+          max_connections: int, max_message: int, login_timeout: float, idle_timeout: float, quiet: bool) -> None:
     """Serve the policy's tables over the PostgreSQL protocol: psql, drivers and BI tools log in as analysts."""
     import asyncio
     import logging
@@ -291,7 +331,7 @@ def serve(policy: Path, host: str, port: int, tls_cert: Path | None, tls_key: Pa
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
     async def run() -> None:
-        server = DpsqlServer(load_policy(policy), config)
+        server = DpsqlServer(load_policy(policy), config, progress=_steward_progress(quiet))
         await server.start()
         click.echo(f"dpsql: serving {policy} on {host}:{server.port}{' (TLS)' if tls else ''}", err=True)
         try:
@@ -320,6 +360,9 @@ def user_add(name: str, policy: Path, password_stdin: bool) -> None:
     store = UserStore.load(path, create=True)
     if password_stdin:
         password = sys.stdin.readline().removesuffix("\n").removesuffix("\r")
+    elif not sys.stdin.isatty():
+        raise NoTerminal(f"no terminal to ask the password of {name} on: give it on the first line of stdin with "
+                         "--password-stdin")
     else:
         password = click.prompt(f"password for {name}", hide_input=True, confirmation_prompt=True)
     new = store.add(name, password)

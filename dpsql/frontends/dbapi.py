@@ -10,7 +10,8 @@
 Every `execute` is a private query: it is charged before it runs, and the charge is final (commit and rollback
 do nothing; nothing is ever written to the data). Extensions to PEP 249: `execute(..., epsilon=...)` or
 `execute(..., accuracy=...)`,
-`Cursor.intervals`, `Cursor.noise_std`, `Cursor.cost`, `Cursor.result`, `Connection.explain`,
+`Cursor.intervals`, `Cursor.noise_std`, `Cursor.cost`, `Cursor.result`, `Cursor.messages` (PEP 249's optional
+extension: a `NoRowsReleased` warning when a grouped answer has no rows), `Connection.explain`,
 `Connection.budget`, `Connection.history`.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import datetime
 import threading
 import time
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ from dpsql import errors
 from dpsql.dp.noise import RandomSource
 from dpsql.errors import InterfaceError, NotSupportedError, ProgrammingError
 from dpsql.frontends.explain import explain
+from dpsql.frontends.format import why_no_rows
 from dpsql.planning.plan import Cost
 from dpsql.session import PrivateResult, PrivateSession
 from dpsql.store.ledger import Charge, Spending
@@ -182,6 +185,8 @@ class Cursor:
         self._result: PrivateResult | None = None
         self._position = 0
         self._closed = False
+        # PEP 249's optional extension: (class, instance) of each warning about the last query, cleared by execute.
+        self.messages: list[tuple[type[errors.Warning], errors.Warning]] = []
 
     @property
     def description(self) -> list[tuple[Any, ...]] | None:
@@ -215,11 +220,20 @@ class Cursor:
     def execute(self, operation: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None, *,
                 epsilon: float | None = None, accuracy: float | None = None) -> Cursor:
         """Run a private query at `epsilon` (default: the connection's), or at the smallest epsilon that gives every
-        released cell a 95% interval within +/- `accuracy` (COUNT and SUM outputs; see README)."""
+        released cell a 95% interval within +/- `accuracy` (COUNT and SUM outputs; see README).
+
+        A grouped answer without rows (charged all the same) says why: a `NoRowsReleased` warning, issued with
+        `warnings.warn` (shown by default, filtered like any Python warning) and listed in `messages`."""
         self._check_open()
         self._result = None
+        self.messages.clear()
         self._result = self.connection._execute(operation, parameters, epsilon, accuracy)
         self._position = 0
+        reason = why_no_rows(self._result)
+        if reason is not None:  # after the result is kept: a warnings filter set to "error" must not lose it
+            warning = errors.NoRowsReleased(reason)
+            self.messages.append((errors.NoRowsReleased, warning))
+            warnings.warn(warning, stacklevel=2)
         return self
 
     def executemany(self, operation: str, seq_of_parameters: Sequence[Sequence[Any] | Mapping[str, Any]], *,

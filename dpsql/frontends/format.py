@@ -115,6 +115,7 @@ def _json(result: PrivateResult, with_ci: bool) -> str:
         "rows": rows,
         "cost": {"epsilon": float(result.cost.epsilon), "delta": float(result.cost.delta)},
         "budget": {"epsilon_spent": result.spending.epsilon_spent, "epsilon_total": result.spending.epsilon_total,
+                   "epsilon_remaining": result.spending.epsilon_remaining,
                    "delta_spent": result.spending.delta_spent, "delta_total": result.spending.delta_total},
     }
     return json.dumps(document, indent=2)

@@ -6,6 +6,7 @@ leak (the maximum income is some person's income). The steward fills them in fro
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import duckdb
@@ -70,6 +71,21 @@ def skeleton(data_file: Path, table: str | None = None, unit: str | None = None,
         else:
             lines.append(entry)
     return "\n".join(lines) + "\n"
+
+
+# What marks a place the steward must fill in: `TODO:` in a comment, or "TODO" as a value (the privacy unit).
+_TODO = re.compile(r'\bTODO:|"TODO"')
+
+
+def todos_left(text: str) -> list[tuple[int, str]]:
+    """The skeleton's markers still in a policy's text: (line number, what that line asks for), in order."""
+    left = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        marker = _TODO.search(line)
+        if marker is not None:
+            asked = line[marker.end():].strip() if marker.group() == "TODO:" else line.split("#", 1)[-1].strip()
+            left.append((number, asked or line.strip()))
+    return left
 
 
 def _schema(data_file: Path) -> dict[str, str]:

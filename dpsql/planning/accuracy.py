@@ -24,7 +24,7 @@ from fractions import Fraction
 from sqlglot import exp
 
 from dpsql.analysis.check import CheckedQuery
-from dpsql.errors import ProgrammingError, QueryRejected
+from dpsql.errors import ProgrammingError, QueryRejected, shown
 from dpsql.planning.aggregates import aggregate
 from dpsql.planning.aggregates.base import LinearAggregate
 from dpsql.planning.plan import Budget, QueryPlan
@@ -65,7 +65,7 @@ def budget_for_accuracy(query: CheckedQuery, accuracy: float, template: Budget, 
     whose plan meets the accuracy; ProgrammingError naming the widest half-width when even `ceiling` does not."""
     if isinstance(accuracy, bool) or not isinstance(accuracy, int | float | Fraction) or not (
             math.isfinite(float(accuracy)) and accuracy > 0):
-        raise ProgrammingError(f"accuracy must be a finite number > 0, got {accuracy!r}")
+        raise ProgrammingError(f"accuracy must be a finite number > 0, got {shown(accuracy)}")
     refuse_unsized(query)
 
     def meets(index: int) -> bool:

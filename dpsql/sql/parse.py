@@ -97,8 +97,11 @@ def parse(sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None)
     _QUIET.active.on = True
     try:
         statements = _statements(sql)
-    except (ParseError, TokenError) as exc:
-        raise ProgrammingError(f"cannot parse the SQL: {first_line(exc)}") from None
+    except ParseError as exc:
+        raise ProgrammingError(f"cannot parse the SQL: {_parse_problem(exc)}") from None
+    except TokenError:
+        raise ProgrammingError("cannot parse the SQL: a quote, a quoted name, a comment or a $$ string is not "
+                               "closed, or a character has no meaning in SQL") from None
     except RecursionError:
         raise ProgrammingError("cannot parse the SQL: it is nested too deeply") from None
     finally:
@@ -116,8 +119,30 @@ def parse(sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None)
             # (sql/names.py marks them unforgeably as well): refused from the text, at no cost.
             raise QueryRejected("a comment with 'sqlglot.meta' is not accepted: it would annotate the query's "
                                 "syntax tree; remove the comment")
+        if isinstance(node, exp.Aliases):  # `x AS (a, b)`, or `f(x) (y)` read so: one value has one name
+            raise QueryRejected(f"{node.sql(DIALECT)}: a list of names for one value is not supported; name it "
+                                "with AS name")
         node.comments = None
     return ParsedQuery(sql, _bind(tree, parameters))
+
+
+_MISSING = re.compile(r"Required keyword: '\w+' missing for <class '[\w.]+'>")
+_TOKEN = re.compile(r"<Token token_type: TokenType\.(\w+), text: (.*?), line: \d+, col: \d+, start: \d+, end: \d+, "
+                    r"comments: \[.*?\]>", re.DOTALL)
+
+
+def _parse_problem(exc: ParseError) -> str:
+    """sqlglot's first parse error in words, where it is and what stands there, without the parser's own names
+    for its node classes and tokens (`<class 'sqlglot.expressions.query.Where'>`, `<Token ...>`)."""
+    if not exc.errors:
+        return first_line(exc)
+    error = exc.errors[0]
+    problem = _MISSING.sub("something is missing", error.get("description") or "not SQL")
+    problem = _TOKEN.sub(lambda m: "the end of the query" if m.group(1) == "SENTINEL" else
+                         f"'{' '.join(m.group(2).split())}'", problem)
+    near = f", near '{' '.join(error['highlight'].split())}'" if error.get("highlight") else ""
+    problem = problem[:1].lower() + problem[1:]
+    return f"{problem} at line {error.get('line')}, column {error.get('col')}{near}"
 
 
 _META_COMMENT = "sqlglot.meta"
@@ -245,16 +270,16 @@ def _exact_python_value(value: Any) -> Any:
         if isinstance(value, np.floating):
             number = float(value)
             if math.isfinite(number) and type(value)(number) != value:
-                raise DataError(f"parameter value {value!r} ({_type_name(value)}) has no exact float value")
+                raise DataError(f"parameter value {value} ({_type_name(value)}) has no exact float value")
             value = number
         elif isinstance(value, np.str_):
             return str(value)
         else:
             raise DataError(f"cannot bind a parameter of type {_type_name(value)}")
     if isinstance(value, float) and not math.isfinite(value):
-        raise DataError(f"parameter value {value!r} is not a finite number")
+        raise DataError(f"parameter value {value} is not a finite number")
     if isinstance(value, decimal.Decimal) and not value.is_finite():
-        raise DataError(f"parameter value {value!r} is not a finite number")
+        raise DataError(f"parameter value {value} is not a finite number")
     return value
 
 

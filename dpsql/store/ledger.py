@@ -75,10 +75,15 @@ class Spending:
     epsilon_spent: float
     delta_spent: float
     queries: int
+    # For one analyst: what is left of everyone's budget. Their share may have more left than the whole budget
+    # (others spent it), and they can spend only what both allow.
+    everyone_remaining: float | None = None
 
     @property
     def epsilon_remaining(self) -> float:
-        return max(0.0, self.epsilon_total - self.epsilon_spent)
+        """What this scope can still spend: for an analyst, the smaller of their share's rest and the total's."""
+        own = max(0.0, self.epsilon_total - self.epsilon_spent)
+        return own if self.everyone_remaining is None else min(own, self.everyone_remaining)
 
 
 def exact(value: float | int | str | Fraction) -> Fraction:
@@ -299,7 +304,7 @@ class BudgetLedger:
             self._close()
             raise LedgerError(f"budget ledger {self.path}: cannot record the charge ({exc}); refusing to "
                               "answer") from None
-        return self._spending(mine, analyst)
+        return self._spending(mine, analyst, everyone)
 
     def _commit(self, con: sqlite3.Connection, pending: PendingCharge) -> None:
         """Commit the written charge (synchronous FULL: on disk when COMMIT returns), then let go of the ledger."""
@@ -365,20 +370,28 @@ class BudgetLedger:
             return f"delta {float(cost.delta):g} asked, {float(max(delta_cap - total.delta, 0)):g} left"
         return None
 
-    def _spending(self, total: _Total, analyst: str | None) -> Spending:
+    def _spending(self, total: _Total, analyst: str | None, everyone: _Total | None = None) -> Spending:
+        """The scope's spending; for an analyst, with `everyone`'s total, their remaining is capped by the whole
+        budget's (the one place that cap is applied: every front end shows Spending.epsilon_remaining)."""
         epsilon, delta = self._limits(analyst)
+        left = None if analyst is None or everyone is None else self._spending(everyone, None).epsilon_remaining
         if self.budget.accounting is Accounting.PURE:
             return Spending(Accounting.PURE, float(epsilon), float(delta), float(total.epsilon), float(total.delta),
-                            total.queries)
+                            total.queries, left)
         spent = epsilon_of_rho(total.rho, delta / 2) if total.rho else 0.0
         conversion = delta / 2 if total.rho else Fraction(0)  # the delta that turning rho into epsilon uses
         return Spending(Accounting.ZCDP, float(epsilon), float(delta), spent, float(total.delta + conversion),
-                        total.queries)
+                        total.queries, left)
 
     def spending(self, analyst: str | None = None) -> Spending:
+        """Everyone's spending, or one analyst's (their remaining capped by what is left of the whole budget)."""
+        if analyst is None:
+            with self._lock:
+                total = self._read(lambda con: self._total(con, _EVERYONE))
+            return self._spending(total, None)
         with self._lock:
-            total = self._read(lambda con: self._total(con, analyst or _EVERYONE))
-        return self._spending(total, analyst)
+            everyone, mine = self._read(lambda con: self._totals(con, analyst))
+        return self._spending(mine, analyst, everyone)
 
     def history(self, analyst: str | None = None) -> list[Charge]:
         def charges(con: sqlite3.Connection) -> list[Charge]:

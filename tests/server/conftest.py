@@ -7,6 +7,7 @@ malformed messages, queries before login, a look at the SCRAM exchange of an unk
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import socket
@@ -40,13 +41,20 @@ def sample_policy(folder: Path) -> Path:
     return policy
 
 
-def charges(policy: Path) -> list:
+@contextlib.contextmanager
+def ledger_of(policy: Path) -> Iterator[BudgetLedger]:
+    """The policy's ledger, open for the block."""
     loaded = load_policy(policy)
     ledger = BudgetLedger(loaded.budget.ledger, loaded.budget)
     try:
-        return ledger.history()
+        yield ledger
     finally:
         ledger.close()
+
+
+def charges(policy: Path) -> list:
+    with ledger_of(policy) as ledger:
+        return ledger.history()
 
 
 @pytest.fixture(scope="module")

@@ -128,7 +128,7 @@ def test_policy_names_the_users_file(tmp_path: Path) -> None:
     assert policy.users == tmp_path / "steward" / "analysts.json"
     with pytest.raises(PolicyError, match=r"\[server\], key 'port': unknown key"):
         load_policy(_policy(tmp_path, "\n[server]\nport = 5\n"))
-    with pytest.raises(PolicyError, match=r"\[server\], key 'users': expected str"):
+    with pytest.raises(PolicyError, match=r"\[server\], key 'users': expected a string, got an integer"):
         load_policy(_policy(tmp_path, "\n[server]\nusers = 5\n"))
 
 

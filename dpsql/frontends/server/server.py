@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import functools
 import hmac
 import itertools
 import logging
 import secrets
+import socket
 import ssl
 import struct
 from collections.abc import Callable, Sequence
@@ -30,9 +33,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dpsql.engines.base import Engine
-from dpsql.errors import Error, ExecutionFailed, NotSupportedError, ProgrammingError
+from dpsql.engines.progress import SILENT, Progress
+from dpsql.errors import (
+    CannotListen,
+    Error,
+    ExecutionFailed,
+    NotSupportedError,
+    ProgrammingError,
+    ServerSetupError,
+)
 from dpsql.frontends.explain import explain
-from dpsql.frontends.format import headers, records
+from dpsql.frontends.format import headers, records, why_no_rows
 from dpsql.frontends.server import protocol as pq
 from dpsql.frontends.server import types
 from dpsql.frontends.server.catalog import Catalog, is_catalog_query, parameter_count
@@ -73,13 +84,23 @@ class Tls:
 
 
 def load_tls(cert: Path, key: Path) -> Tls:
+    """The server's TLS context from its PEM certificate and key; ServerSetupError naming the file if either cannot
+    be used."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(cert, key)
-    pem = Path(cert).read_text()  # the first certificate in the file is the server's own
-    start = pem.index("-----BEGIN CERTIFICATE-----")
-    end = pem.index("-----END CERTIFICATE-----", start) + len("-----END CERTIFICATE-----")
-    return Tls(context, end_point_hash(ssl.PEM_cert_to_DER_cert(pem[start:end])))
+    try:
+        context.load_cert_chain(cert, key)
+        pem = Path(cert).read_text()  # the first certificate in the file is the server's own
+        start = pem.index("-----BEGIN CERTIFICATE-----")
+        end = pem.index("-----END CERTIFICATE-----", start) + len("-----END CERTIFICATE-----")
+        der = ssl.PEM_cert_to_DER_cert(pem[start:end])
+    except ssl.SSLError:
+        raise ServerSetupError(f"cannot use the TLS certificate {cert} with the key {key}: they are not a PEM "
+                               "certificate and the private key that belongs to it") from None
+    except (OSError, ValueError) as exc:
+        problem = exc.strerror.lower() if isinstance(exc, OSError) and exc.strerror else "no PEM certificate in it"
+        raise ServerSetupError(f"cannot use the TLS certificate {cert}: {problem}") from None
+    return Tls(context, end_point_hash(der))
 
 
 class WireError(Exception):
@@ -114,8 +135,9 @@ class DpsqlServer:
     """The listening server. `await start()`, then `await serve_forever()` or `await close()`."""
 
     def __init__(self, policy: Policy, config: ServerConfig, *, engine: Engine | None = None,
-                 session_factory: Callable[..., PrivateSession] = PrivateSession) -> None:
+                 session_factory: Callable[..., PrivateSession] = PrivateSession, progress: Progress = SILENT) -> None:
         self.policy = policy
+        self.progress = progress  # the loading's, on the steward's stderr; nothing of it ever reaches a client
         self.config = config
         self.engine = engine
         self._owns_engine = engine is None
@@ -146,10 +168,29 @@ class DpsqlServer:
         if self.policy.answers is not None and self.answers is None:
             self.answers = AnswerStore(self.policy.answers)
         if self.engine is None:
-            self.engine = await asyncio.get_running_loop().run_in_executor(self.executor, build_engine, self.policy)
-        self._server = await asyncio.start_server(self._accept, self.config.host, self.config.port,
-                                                  limit=self.config.max_message + 1024)
+            self._can_listen()  # before a load that may take minutes, not after it
+            self.engine = await asyncio.get_running_loop().run_in_executor(
+                self.executor, functools.partial(build_engine, self.policy, progress=self.progress))
+        try:
+            self._server = await asyncio.start_server(self._accept, self.config.host, self.config.port,
+                                                      limit=self.config.max_message + 1024)
+        except OSError as exc:
+            raise CannotListen(f"cannot listen on {self.config.host}:{self.config.port}: {_listen_problem(exc)}") \
+                from None
         log.info("dpsql server listening on %s:%s", self.config.host, self.port)
+
+    def _can_listen(self) -> None:
+        """CannotListen now if the address cannot be bound (in use, no privilege, unknown host): the socket is let
+        go at once, and binding it for real may still fail, which start() reports the same way."""
+        host, port = self.config.host, self.config.port
+        try:
+            for family, kind, proto, _, address in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                                      flags=socket.AI_PASSIVE):
+                with socket.socket(family, kind, proto) as probe:
+                    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio's server does
+                    probe.bind(address)
+        except OSError as exc:
+            raise CannotListen(f"cannot listen on {host}:{port}: {_listen_problem(exc)}") from None
 
     async def serve_forever(self) -> None:
         assert self._server is not None
@@ -510,7 +551,9 @@ class Connection:
         noisy = [c.noisy for c in result.columns]
         columns = _columns([c.name for c in result.columns], [c.type for c in result.columns], noisy, with_ci)
         rows = records(result, with_ci) if with_ci else result.rows
-        return Answer(columns, rows, f"SELECT {len(result.rows)}", notices=(notice,))
+        empty = why_no_rows(result)  # from the released answer only, as the CLI says it
+        notices = (notice,) if empty is None else (notice, f"dpsql: {empty}")
+        return Answer(columns, rows, f"SELECT {len(result.rows)}", notices=notices)
 
     async def _columns(self, statement: Statement, parameters: list[Any] | None) -> tuple[tuple[str, str], ...]:
         """The columns a statement returns, from the dry run only: nothing runs on the data, nothing is charged."""
@@ -696,6 +739,19 @@ class Connection:
         else:
             raise pq.ProtocolViolation(f"invalid Close target {what!r}")
         self._send(pq.CLOSE_COMPLETE)
+
+
+def _listen_problem(exc: OSError) -> str:
+    """Why the server cannot listen, and what to change, in words."""
+    if isinstance(exc, socket.gaierror):
+        return "no such host: choose another --host"
+    if exc.errno == errno.EADDRINUSE:
+        return "the port is already in use (another server listens on it): stop it or choose another --port"
+    if exc.errno == errno.EACCES:
+        return "permission denied (ports below 1024 need privileges): choose another --port"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return "this machine has no such address: choose another --host"
+    return (exc.strerror or "the system refused").lower()
 
 
 def _formats(codes: list[int], count: int) -> list[int]:
