@@ -34,8 +34,8 @@ fix of issue 28, one acceptable outcome; the other is a win rate at chance).
 Run: `python -m benchmarks.attacks.person_timing [--forms NAME ...] [--rounds 48] [--epsilon 1e-6] [--markdown
 FILE]`; `--copies 3` and the other Sizes fields set how far each form multiplies the target's rows. `--reach 1`
 also reports the deepest chain of each kind the checker accepts (prepared only: no charge, nothing read; about
-three minutes), `--python-share 10` where the candidate-groups form's time goes, up to 10 joins. Timing is measured
-here only, never in a test.
+three minutes), `--python-share 10` where the candidate-groups form's time goes, up to 10 joins, `--worst 10` the
+deepest chains once each under a 10 s time limit. Timing is measured here only, never in a test.
 """
 
 from __future__ import annotations
@@ -372,11 +372,14 @@ def play(form: Form, worlds: Worlds, rounds: int, epsilon: float, seed: int) -> 
         # RECALIBRATE rounds, follows the machine's load as it drifts.
         known: dict[bool, deque[float]] = {truth: deque(maxlen=CALIBRATION) for truth in (False, True)}
 
+        # An error oracle needs no clock: it is calibrated once only, for the record.
+        every = rounds + 1 if form.error_oracle else RECALIBRATE
+
         def calibrate(session: PrivateSession) -> None:
             for truth, sql in ((False, false), (True, true)):
                 known[truth].append(timed(session, sql, epsilon).seconds)
 
-        for i in range(CALIBRATION):
+        for i in range(1 if form.error_oracle else CALIBRATION):
             calibrate((world0, world1)[i % 2])
         first = tuple(statistics.median(known[truth]) for truth in (False, True))
         coins = np.random.default_rng(seed).integers(0, 2, size=rounds)
@@ -384,7 +387,7 @@ def play(form: Form, worlds: Worlds, rounds: int, epsilon: float, seed: int) -> 
         wins = 0
         for i, coin in enumerate(coins):
             session = (world0, world1)[coin]
-            if i and i % RECALIBRATE == 0:
+            if i and i % every == 0:
                 calibrate(session)
             threshold = math.sqrt(statistics.median(known[False]) * statistics.median(known[True]))
             result = timed(session, secret, epsilon)
@@ -464,10 +467,33 @@ def python_share(worlds: Worlds, seed: int, epsilon: float, joins: range) -> lis
     return lines
 
 
+def worst(worlds: Worlds, seed: int, epsilon: float, limit: float) -> list[str]:
+    """The deepest chains accepted today (8 private copies, 11 public joins), once in each world: the join alone
+    (COUNT(*)) and with the costly aggregate, under a time limit of `limit` seconds, to see how long a failing
+    query really holds the engine."""
+    chains = {"8 private copies": (self_join_chain(8), flags("p0"), "p0"),
+              "11 public joins": (public_chain(11), TARGET_FLAGS, "p")}
+    lines = []
+    with sessions(worlds, seed, {"time_limit_seconds": limit}) as opened:
+        for name, (source, conditions, alias) in chains.items():
+            for what, aggregate in (("COUNT(*)", "COUNT(*)"), ("costly SUM", f"SUM({hit(alias)})")):
+                sql = f"SELECT {aggregate} {source} WHERE {conditions.secret}"
+                try:
+                    opened[0].prepare(sql, epsilon=epsilon)
+                except (QueryRejected, ProgrammingError) as refused:
+                    lines.append(f"  {name}, {what}: refused: {str(refused)[:140]}")
+                    continue
+                runs = [timed(session, sql, epsilon) for session in opened]
+                lines.append(f"  {name}, {what}: " + ", ".join(
+                    f"secret {bit}: {run.seconds * 1000:.0f} ms{' (failed)' if run.failed else ''}"
+                    for bit, run in enumerate(runs)))
+    return lines
+
+
 def main() -> None:
     sized = {field.name: field.default for field in dataclasses.fields(Sizes)}
     args = options(__doc__, people=200, rounds=48, seed=28, epsilon=1e-6, forms=["all"], reach=0,
-                   python_share=0, markdown="", **sized)
+                   python_share=0, worst=0.0, markdown="", **sized)
     sizes = Sizes(**{name: getattr(args, name) for name in sized})
     chosen = [form for form in forms(sizes) if "all" in args.forms or form.name in args.forms]
     lines: list[str] = []
@@ -486,6 +512,9 @@ def main() -> None:
         if args.python_share:
             say("", "candidate groups, where the time goes:",
                 *python_share(worlds, args.seed, args.epsilon, range(sizes.group_joins, args.python_share + 1)))
+        if args.worst:
+            say("", f"the deepest chains, once in each world, time limit {args.worst:g} s:",
+                *worst(worlds, args.seed, args.epsilon, args.worst))
         say("")
         reports = []
         for form in chosen:
