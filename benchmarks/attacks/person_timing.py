@@ -116,8 +116,8 @@ def self_join_chain(copies: int, table: str = "people") -> str:
     return f"FROM {table} p0{joins}"
 
 
-def public_chain(joins: int, public: str = "codes") -> str:
-    chain = "".join(f" JOIN {public} c{i} ON c{i}.g = {'p' if i == 1 else f'c{i - 1}'}.g"
+def public_chain(joins: int, join: str = "JOIN") -> str:
+    chain = "".join(f" {join} codes c{i} ON c{i}.g = {'p' if i == 1 else f'c{i - 1}'}.g"
                     for i in range(1, joins + 1))
     return f"FROM people p{chain}"
 
@@ -190,6 +190,9 @@ def forms(sizes: Sizes = Sizes()) -> list[Form]:
         Form("filtered cap, heavy person", f"a costly filter on a person with {HEAVY} rows (m = {M}): the cap's "
              "later parts run it on every row",
              f"SELECT COUNT(*) FROM diary d WHERE CASE WHEN {{c}} THEN {costly('d')} ELSE false END", flags("d")),
+        Form("filtered cap, unguarded", "the heavy person's filter as `secret AND costly`: in the cap's later "
+             "parts DuckDB evaluates every conjunct on every row, so it runs whatever the secret (both worlds slow)",
+             f"SELECT COUNT(*) FROM diary d WHERE {{c}} AND {costly('d')}", flags("d")),
         Form("single table, m rows", f"the same filter on the target's {M} rows of `people`: what the per-row "
              "bound allows",
              f"SELECT COUNT(*) FROM people p WHERE CASE WHEN {{c}} THEN {costly('p')} ELSE false END"),
@@ -208,6 +211,8 @@ def forms(sizes: Sizes = Sizes()) -> list[Form]:
              "own key (the secret) picks the fan-out; no condition reads the secret",
              f"SELECT SUM({hit('p')}) FROM people p JOIN skew w ON w.g = p.g WHERE {{c}}",
              Conditions(f"p.pid = {TARGET}", f"p.pid = {KNOWN_KEY[1]}", f"p.pid = {KNOWN_KEY[0]}")),
+        Form("LEFT public chain", f"{sizes.public_joins} LEFT joins of the public table: as the public chain",
+             f"SELECT SUM({hit('p')}) {public_chain(sizes.public_joins, 'LEFT JOIN')} WHERE {{c}}"),
         Form("rows beyond the cap", f"the target has {HEAVY} rows of `log` (secret 1) or {M} (secret 0), m = {M}: "
              "a costly filter reached only by its rows runs on all of them",
              f"SELECT COUNT(*) FROM log l WHERE CASE WHEN {{c}} THEN {costly('l')} ELSE false END",
@@ -215,6 +220,8 @@ def forms(sizes: Sizes = Sizes()) -> list[Form]:
         Form("candidate groups", f"GROUP BY a key each of the target's {M}*3^{sizes.group_joins} joined rows makes "
              "distinct: every candidate group goes through dpsql's release in Python",
              f"SELECT COUNT(*) {public_chain(sizes.group_joins)} WHERE {{c}} GROUP BY {group_key(sizes.group_joins)}"),
+        Form("SELECT DISTINCT keys", "the candidate groups' key released alone (SELECT DISTINCT): the same path",
+             f"SELECT DISTINCT {group_key(sizes.group_joins)} AS k {public_chain(sizes.group_joins)} WHERE {{c}}"),
     ]
 
 
