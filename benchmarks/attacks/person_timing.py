@@ -68,7 +68,7 @@ HEAVY = 500  # the target's rows in `diary`
 SKEW = 30  # rows of the public table `skew` that share the key value 1 (the value 0 has one row)
 CALIBRATION = 5  # runs of each known condition the threshold is the median of
 RECALIBRATE = 4  # rounds between two new runs of each
-KNOWN_KEY = (2, 1)  # people whose `g` is 0 and 1 in both worlds
+KNOWN_KEY = (2, 1)  # people whose `g` is 0 and 1 (and whose `log` rows are M and HEAVY) in both worlds
 PRIVATE_COLUMNS = {"pid": {"type": "int"}, "s": {"type": "int", "lower": 0, "upper": 1},
                    "kt": {"type": "int", "lower": 0, "upper": 1}, "kf": {"type": "int", "lower": 0, "upper": 1},
                    "g": {"type": "int", "lower": 0, "upper": 1}, "x": {"type": "int", "lower": 0, "upper": 100},
@@ -76,7 +76,7 @@ PRIVATE_COLUMNS = {"pid": {"type": "int"}, "s": {"type": "int", "lower": 0, "upp
 
 # Costly row expressions the checker admits today (cost bound under its one million units per expression): a
 # LIKE with '_' over text grown nine-fold backtracks at every position. Several patterns, so that aggregates and
-# quantiles of them are distinct expressions (the engine computes an expression used twice only once per row).
+# quantiles of them are distinct expressions (the rewrite projects an aggregated expression written twice once).
 def costly(alias: str, variant: int = 0) -> str:
     return f"replace({alias}.t, 'a', 'aaaaaaaaa') LIKE '%a_a%{'a' * (80 - variant)}b'"
 
