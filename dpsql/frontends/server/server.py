@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dpsql.engines.base import Engine
-from dpsql.errors import Error, ExecutionFailed, NotSupportedError, ProgrammingError
+from dpsql.errors import DataError, Error, ExecutionFailed, NotSupportedError, ProgrammingError
 from dpsql.frontends.explain import explain
 from dpsql.frontends.format import headers, records
 from dpsql.frontends.server import protocol as pq
@@ -627,7 +627,10 @@ class Connection:
             # type the client said or the server reported.
             oid = statement.reported[i] if binary else (statement.declared[i] if i < len(statement.declared)
                                                           else 0)
-            parameters.append(types.decode_parameter(value, oid, binary))
+            try:
+                parameters.append(types.decode_parameter(value, oid, binary))
+            except (DataError, NotSupportedError) as exc:
+                raise type(exc)(f"parameter ${i + 1}: {exc}") from None
         if portal_name and portal_name in self.state.portals:
             raise WireError("42P03", f'cursor "{portal_name}" already exists')
         self.state.portals[portal_name] = Portal(statement, parameters, result_formats)
