@@ -94,14 +94,14 @@ MOMENTS = [datetime.date(2024, 1, 1), datetime.datetime(2024, 1, 2), datetime.da
 SQL = "SELECT COUNT(*) FROM visits WHERE visit_date >= {}"
 
 
-def _psycopg(port: int, value: object) -> int:
-    with psycopg.connect(dsn_for(port), autocommit=True) as conn:
+def _psycopg(served, value: object) -> int:
+    with psycopg.connect(dsn(served), autocommit=True) as conn:
         conn.execute("SET dpsql.epsilon = 0.01")
         return conn.cursor(binary=True).execute(SQL.format("%b"), (value,)).fetchone()[0]
 
 
-def _psycopg2(port: int, value: object) -> int:
-    conn = psycopg2.connect(dsn_for(port))
+def _dbapi(conn, value: object) -> int:
+    """The count through a DB-API connection whose driver writes %s (closed after)."""
     try:
         cursor = conn.cursor()
         cursor.execute("SET dpsql.epsilon = 0.01")
@@ -111,21 +111,18 @@ def _psycopg2(port: int, value: object) -> int:
         conn.close()
 
 
-def _pg8000(port: int, value: object) -> int:
-    conn = pg8000.dbapi.connect(host="127.0.0.1", port=port, user="alice", password=PASSWORDS["alice"],
-                                database="dpsql")
-    try:
-        cursor = conn.cursor()
-        cursor.execute("SET dpsql.epsilon = 0.01")
-        cursor.execute(SQL.format("%s"), (value,))
-        return cursor.fetchone()[0]
-    finally:
-        conn.close()
+def _psycopg2(served, value: object) -> int:
+    return _dbapi(psycopg2.connect(dsn(served)), value)
 
 
-def _asyncpg(port: int, value: object) -> int:
+def _pg8000(served, value: object) -> int:
+    return _dbapi(pg8000.dbapi.connect(host="127.0.0.1", port=served.port, user="alice",
+                                       password=PASSWORDS["alice"], database="dpsql"), value)
+
+
+def _asyncpg(served, value: object) -> int:
     async def run() -> int:
-        conn = await asyncpg.connect(host="127.0.0.1", port=port, user="alice", password=PASSWORDS["alice"],
+        conn = await asyncpg.connect(host="127.0.0.1", port=served.port, user="alice", password=PASSWORDS["alice"],
                                      database="dpsql", ssl=False)
         try:
             await conn.execute("SET dpsql.epsilon = 0.01")
@@ -135,14 +132,10 @@ def _asyncpg(port: int, value: object) -> int:
     return asyncio.run(run())
 
 
-def dsn_for(port: int) -> str:
-    return f"host=127.0.0.1 port={port} user=alice password='{PASSWORDS['alice']}' dbname=dpsql sslmode=disable"
-
-
 @pytest.mark.parametrize("driver", [_psycopg, _psycopg2, _pg8000, _asyncpg], ids=lambda d: d.__name__[1:])
 def test_every_driver_binds_dates_and_datetimes_to_a_date_column(served, driver) -> None:
     for value in MOMENTS:
-        assert isinstance(driver(served.port, value), int)
+        assert isinstance(driver(served, value), int)
 
 
 @pytest.mark.parametrize("value", [datetime.time(10), b"north"], ids=["time", "bytes"])
