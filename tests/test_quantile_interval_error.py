@@ -54,8 +54,10 @@ def exact_tail(below: int, above: int, q: Fraction, scale: Fraction, h: float, d
     first, low_a = sum_pmf(below, scale, direct)
     second, low_b = sum_pmf(above, scale, direct)
     a = np.arange(first.size, dtype=np.int64) + low_a
+    if d > 2**20:  # Python integers: (d - n) a would overflow 64 bits
+        a = a.astype(object)
     # X >= t  <=>  n B <= (d - n) a - t  <=>  B <= floor(((d - n) a - t) / n)
-    limit = ((d - n) * a - threshold) // n - low_b
+    limit = (((d - n) * a - threshold) // n - low_b).astype(np.int64)
     cdf = np.cumsum(second)
     below_limit = np.where(limit < 0, 0.0, cdf[np.clip(limit, 0, second.size - 1)])
     return float(np.dot(first, below_limit))
@@ -76,6 +78,17 @@ def test_every_test_errs_at_most_2_5_percent_far_above(scale: Fraction) -> None:
     worst = max((exact_tail(below, above, q, scale, half_width(below, above, q, scale), direct=False), below, above,
                  str(q)) for q in FRACTIONS for below, above in shapes)
     assert worst[0] <= LEVEL, worst
+
+
+@pytest.mark.parametrize("scale", [Fraction(33, 4), Fraction(30)])
+def test_a_fraction_with_a_huge_denominator_gets_a_valid_half_width(scale: Fraction) -> None:
+    """0.3333333333333333 is 3333333333333333 / 10^16: the statistic's values are too fine for 64-bit integers, so
+    the half-width is searched in floats with a margin (dp/discrete_tail._fine_half_width)."""
+    q = Fraction("0.3333333333333333")
+    for below, above in [(1, 2), (3, 4), (6, 1)]:
+        h = half_width(below, above, q, scale)
+        assert exact_tail(below, above, q, scale, h, direct=False) <= LEVEL
+        assert h <= half_width(below, above, Fraction(1, 3), scale) + 0.01  # no wider than for 1/3, near enough
 
 
 def test_the_half_width_is_not_much_wider_than_the_exact_one_far_above() -> None:

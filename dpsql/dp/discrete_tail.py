@@ -53,11 +53,12 @@ def upper_half_width(below: int, above: int, q: Fraction, scale: float, tail: fl
     cut_off = 2 * alpha ** (reach + 1) / (1 + alpha)  # one noise's mass beyond the reach
     level = tail - (below + above) * cut_off - GUARD
     first, second = _sum_pmf(below, alpha, reach), _sum_pmf(above, alpha, reach)
-    # (d - n) a for each value a of A, in 64 bits when it fits (q with a huge denominator: Python integers).
     values = np.arange(-below * reach, below * reach + 1, dtype=np.int64)
-    wide = d * (below + above + 1) * reach >= 2**62
-    scaled = values.astype(object) * (d - n) if wide else values * (d - n)
     second_cdf = np.concatenate([[0.0], np.cumsum(second)])  # index i + 1: P(B <= i - above reach)
+    spread = (d - n) * below * reach + n * above * reach  # |X| is at most this
+    if d * spread >= 2**62:
+        return _fine_half_width(first, second_cdf, values, above * reach, q, level)
+    scaled = values * (d - n)  # (d - n) a for each value a of A
 
     def exceed(t: int) -> float:
         """P(X >= t) = sum over a of P(A = a) P(n B <= (d - n) a - t)."""
@@ -68,7 +69,6 @@ def upper_half_width(below: int, above: int, q: Fraction, scale: float, tail: fl
         return float((first * second_cdf[inside + 1]).sum())
 
     # Bisection over the integers: exceed(high) <= level always, exceed(low) > level (low is below every X).
-    spread = (d - n) * below * reach + n * above * reach  # |X| is at most this
     low, high = -spread - 1, spread + 1
     while high - low > 1:
         middle = (low + high) // 2
@@ -77,3 +77,25 @@ def upper_half_width(below: int, above: int, q: Fraction, scale: float, tail: fl
         else:
             low = middle
     return Fraction(high, d)
+
+
+def _fine_half_width(first: np.ndarray, second_cdf: np.ndarray, values: np.ndarray, offset: int, q: Fraction,
+                     level: float) -> Fraction:
+    """upper_half_width for a q whose denominator is too large for X in 64 bits (0.3333333333333333): searched in
+    floats, then raised by a margin (1e-6 (1 + |h|)) far above their rounding (about 1e-16 of values below 1e6), so
+    that every value of the statistic at or above the result was counted at the h found: its tail is within the
+    level."""
+    ratio, share = float((1 - q) / q), float(q)
+
+    def exceed(h: float) -> float:  # P((1 - q) A - q B >= h) = sum over a of P(A = a) P(B <= ((1 - q) a - h) / q)
+        limit = np.floor(ratio * values - h / share).astype(np.int64) + offset
+        return float((first * second_cdf[np.clip(limit, -1, second_cdf.size - 2) + 1]).sum())
+
+    low, high = -float(np.abs(values).max()) - offset - 1.0, float(np.abs(values).max()) + offset + 1.0
+    for _ in range(60):
+        middle = (low + high) / 2
+        if exceed(middle) <= level:
+            high = middle
+        else:
+            low = middle
+    return Fraction(high) + Fraction(1, 10**6) * (1 + abs(Fraction(high)))
