@@ -23,6 +23,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from dpsql.dp.mechanisms import smallest
+
 REACH = 25  # one noise is cut at 25 b: the mass beyond, 2 exp(-25) / (1 + alpha), is below 3e-11
 GUARD = 1e-9  # taken off the level for the FFT's rounding, beside the mass cut off (far below any effect on h)
 
@@ -68,15 +70,8 @@ def upper_half_width(below: int, above: int, q: Fraction, scale: float, tail: fl
         inside = np.clip(limit, -1, second.size - 1).astype(np.int64)
         return float((first * second_cdf[inside + 1]).sum())
 
-    # Bisection over the integers: exceed(high) <= level always, exceed(low) > level (low is below every X).
-    low, high = -spread - 1, spread + 1
-    while high - low > 1:
-        middle = (low + high) // 2
-        if exceed(middle) <= level:
-            high = middle
-        else:
-            low = middle
-    return Fraction(high, d)
+    # The law is symmetric and the level below 1/2, so the least t is positive: galloped to, then bisected.
+    return Fraction(smallest(lambda t: exceed(t) <= level), d)
 
 
 def _fine_half_width(first: np.ndarray, second_cdf: np.ndarray, values: np.ndarray, offset: int, q: Fraction,
