@@ -80,9 +80,14 @@ class TableLoader:
         conditions = {name: condition for name, condition in conditions.items() if condition is not None}
         if not conditions:
             return
-        rows, row = self._numbered(table)
-        firsts = self.con.execute(exp.select(*[exp.Filter(this=exp.Min(this=row.copy()), expression=exp.Where(
-            this=condition)) for condition in conditions.values()]).from_(rows).sql(DIALECT)).fetchone()
+        try:
+            rows, row = self._numbered(table)
+            firsts = self.con.execute(exp.select(*[exp.Filter(this=exp.Min(this=row.copy()), expression=exp.Where(
+                this=condition)) for condition in conditions.values()]).from_(rows).sql(DIALECT)).fetchone()
+        except duckdb.Error:  # never shown: DuckDB's message may quote a row
+            self._fail_shape(table)
+            self._fail(table, "source", f"cannot read {table.source.pattern!r} to the end (a damaged or truncated "
+                                        "file?)")
         failing = [(first, name) for first, name in zip(firsts, conditions, strict=True) if first is not None]
         if failing:
             first, name = min(failing)  # the earliest row (then the first declared column)
