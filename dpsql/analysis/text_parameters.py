@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import re
 
 from sqlglot import exp
 
@@ -50,9 +51,9 @@ def _typed(text: str, kind: ColumnType, column: str) -> object:
         if kind is ColumnType.BOOL:
             return _BOOLEANS[text.strip().lower()]
         if kind is ColumnType.DATE:
-            return datetime.date.fromisoformat(text.strip())
+            return _timestamp(text).date()
         if kind is ColumnType.TIMESTAMP:
-            return datetime.datetime.fromisoformat(text.strip())
+            return _timestamp(text)
         return text
     except (ValueError, KeyError, decimal.InvalidOperation):
         raise DataError(f"parameter {text!r} is compared with the {kind.value} column {column!r} but is not "
@@ -62,6 +63,19 @@ def _typed(text: str, kind: ColumnType, column: str) -> object:
 _ARTICLE = {ColumnType.INT: "a finite number", ColumnType.FLOAT: "a finite number",
             ColumnType.BOOL: "true or false", ColumnType.DATE: "a date (YYYY-MM-DD)",
             ColumnType.TIMESTAMP: "a timestamp (YYYY-MM-DD HH:MM:SS)", ColumnType.TEXT: "text"}
+
+
+# As PostgreSQL reads an untyped literal for a date or a timestamp without time zone: the date, an optional time,
+# an optional zone offset, which it ignores (pgjdbc's setDate sends '2020-01-01 +00', setTimestamp adds the time).
+_DATETIME = re.compile(r"(\d{4}-\d{2}-\d{2})(?:[ T](\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?))?"
+                       r"(?:\s*(?:[+-]\d{2}(?::?\d{2}){0,2}|Z))?")
+
+
+def _timestamp(text: str) -> datetime.datetime:
+    match = _DATETIME.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(text)
+    return datetime.datetime.fromisoformat(match.group(1) + (f" {match.group(2)}" if match.group(2) else ""))
 
 
 def _guess(text: str) -> object:

@@ -58,7 +58,7 @@ REPORTED = ("server_version", "server_encoding", "client_encoding", "DateStyle",
             "integer_datetimes", "standard_conforming_strings", "application_name", "is_superuser",
             "session_authorization")
 _READ_ONLY = {"server_version", "server_encoding", "integer_datetimes", "is_superuser", "session_authorization",
-              "server_version_num", "max_identifier_length"}
+              "server_version_num", "max_identifier_length", "max_index_keys", "block_size", "lc_collate", "lc_ctype"}
 EPSILON = "dpsql.epsilon"
 ACCURACY = "dpsql.accuracy"
 INTERVALS = "dpsql.intervals"
@@ -114,7 +114,9 @@ class Settings:
                  "IntervalStyle": "postgres", "TimeZone": "UTC", "integer_datetimes": "on",
                  "standard_conforming_strings": "on", "application_name": startup.get("application_name", ""),
                  "is_superuser": "off", "session_authorization": user, "max_identifier_length": "63",
-                 "search_path": '"$user", public', "transaction_isolation": "read committed"}
+                 "search_path": '"$user", public', "transaction_isolation": "read committed",
+                 # What drivers read from pg_settings (pgjdbc's key metadata: max_index_keys).
+                 "max_index_keys": "32", "block_size": "8192", "lc_collate": "C", "lc_ctype": "C"}
         return cls({name.lower(): (name, value) for name, value in spelt.items()})
 
     def get(self, name: str) -> str:

@@ -139,12 +139,15 @@ def copy_rows(names: Sequence[str], oids: Sequence[int], rows: Sequence[tuple[An
               chosen: CopyFormat) -> Iterator[bytes]:
     """The CopyData payloads of an answer: a header (binary signature or CSV names), one per row, a trailer."""
     if chosen.binary:
-        yield _BINARY_SIGNATURE
+        # The signature travels with the first row (or the trailer), as PostgreSQL sends it: psycopg and
+        # connectorx read a row from the rest of the first CopyData.
+        header = _BINARY_SIGNATURE
         for row in rows:
             fields = [types.encode_binary(value, oid) for value, oid in zip(row, oids, strict=True)]
-            yield struct.pack("!h", len(fields)) + b"".join(
+            yield header + struct.pack("!h", len(fields)) + b"".join(
                 struct.pack("!i", -1) if f is None else struct.pack("!i", len(f)) + f for f in fields)
-        yield struct.pack("!h", -1)
+            header = b""
+        yield header + struct.pack("!h", -1)
         return
     if chosen.kind == "csv":
         if chosen.header:

@@ -229,6 +229,8 @@ def _array_items(text: str) -> list[str | None]:
     items: list[str | None] = []
     body, i = text[1:-1], 0
     while i < len(body):
+        while body[i] == " ":
+            i += 1
         if body[i] == '"':
             i, value = i + 1, []
             while body[i] != '"':
@@ -238,6 +240,8 @@ def _array_items(text: str) -> list[str | None]:
                 i += 1
             items.append("".join(value))
             i += 1
+            while i < len(body) and body[i] == " ":
+                i += 1
         else:
             end = body.find(",", i)
             end = len(body) if end < 0 else end

@@ -36,7 +36,7 @@ DATABASE_OID = 16384
 USER_OID = 16385  # the analyst logged in (pg_roles shows the owner and them)
 _FIRST_TABLE_OID = 16386
 _FIRST_ROW_TYPE_OID = 14000  # the row types of the catalog relations that PostgreSQL does not number below
-_ACL = ["dpsql=arwdDxt/dpsql", "=r/dpsql"]  # the owner, and SELECT for everyone (PUBLIC): reads only
+_ACL = ["=r/dpsql"]  # SELECT for everyone (PUBLIC), granted by the owner; nobody writes
 _AGGREGATES = ("count", "sum", "avg", "min", "max", "stddev", "stddev_samp", "stddev_pop", "variance", "var_samp",
                "var_pop", "percentile_cont", "percentile_disc")
 
@@ -78,10 +78,11 @@ def _table_text(table: TablePolicy) -> str:
     if table.public:
         return "public table: read row by row and joined freely, at no cost"
     if table.privacy_unit is None:
-        return f"private table (row privacy): at most {table.bound.max_rows} rows of one person count in a query"
+        return "private table (row privacy): each row is one person's; ask aggregates"
     unit = table.unit or table.privacy_unit
-    return (f"private table: privacy unit {table.privacy_unit} (one {unit}); at most {table.bound.max_rows} rows "
-            f"of one {unit} count in a query; ask aggregates")
+    rows = f"{table.bound.max_rows} row{'s' if table.bound.max_rows != 1 else ''}"
+    return (f"private table: privacy unit {table.privacy_unit} (one {unit}); at most {rows} of one {unit} count "
+            "in a query; ask aggregates")
 
 
 def _column_text(table: TablePolicy, column: ColumnPolicy) -> str | None:
@@ -201,16 +202,28 @@ def _attribute(r: TableDescription, i: int, column: tuple[str, PgType, int, bool
             "attstattarget": -1, "attcollation": _collation(kind)}
 
 
+# PostgreSQL's I/O functions are <type>in, <type>out, <type>recv, <type>send, or <type>_in ... for these (ADBC's
+# driver knows a type by its receive function's name).
+_UNDERSCORED = {"json", "jsonb", "pg_node_tree", "inet", "date", "time", "timestamp", "timestamptz", "interval",
+                "numeric", "record", "cstring", "any", "anyarray", "void", "uuid"}
+
+
+def _io(t: PgType, kind: str) -> str:
+    if t.category == "A" and t.name.startswith("_"):
+        return f"array_{kind}"
+    if t.name in ("aclitem", "any") and kind in ("recv", "send"):
+        return "-"
+    return f"{t.name}_{kind}" if t.name in _UNDERSCORED else f"{t.name}{kind}"
+
+
 def _base_type(t: PgType) -> dict[str, Any]:
-    array = t.category == "A" and t.element != 0 and t.name.startswith("_")
-    function = "array" if array else t.name
     return {"oid": t.oid, "typname": t.name, "typnamespace": NAMESPACES[PG_CATALOG], "typowner": OWNER,
             "typlen": t.length, "typbyval": t.by_value, "typtype": "p" if t.category == "P" else "b",
             "typcategory": t.category, "typispreferred": t.name in ("text", "float8", "bool", "timestamptz", "oid"),
             "typisdefined": True, "typdelim": ",", "typrelid": 0,
             "typsubscript": "array_subscript_handler" if t.element else "-", "typelem": t.element,
-            "typarray": t.array, "typinput": f"{function}_in", "typoutput": f"{function}_out",
-            "typreceive": f"{function}_recv", "typsend": f"{function}_send", "typmodin": "-", "typmodout": "-",
+            "typarray": t.array, "typinput": _io(t, "in"), "typoutput": _io(t, "out"), "typreceive": _io(t, "recv"),
+            "typsend": _io(t, "send"), "typmodin": "-", "typmodout": "-",
             "typanalyze": "-", "typalign": _align(t), "typstorage": "p" if t.length > 0 else "x",
             "typnotnull": False, "typbasetype": 0, "typtypmod": -1, "typndims": 0, "typcollation": _collation(t)}
 

@@ -61,6 +61,11 @@ _TEXT_TYPES = {"text", "varchar", "name", "character varying", "bpchar", "char"}
 _SELECT_WORDS = {TokenType.SELECT}  # keywords sqlglot refuses as a name, which PostgreSQL takes after AS and a dot
 
 
+# Columns of type regproc: the catalog holds the function's name ('-' for none, as PostgreSQL prints OID 0).
+_FUNCTION_COLUMNS = frozenset(c.name for r in relations.RELATIONS for c in r.columns if c.type.name == "regproc")
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
+
+
 class NotCatalog(Exception):
     """The statement is not a catalog query (it names a table or a function the catalog does not have)."""
 
@@ -260,6 +265,8 @@ def _node(node: exp.Expression, ctes: set[str]) -> exp.Expression:
         return node.this
     if isinstance(node, exp.Operator):
         return _operator(node)
+    if isinstance(node, _COMPARISONS):
+        return _function_comparison(node)
     if isinstance(node, exp.Any) and _array_text(node.this) is not None:
         return exp.Any(this=_array_text(node.this))
     if isinstance(node, exp.Cast):
@@ -314,6 +321,15 @@ def _operator(node: exp.Operator) -> exp.Expression:
     return node
 
 
+def _function_comparison(node: exp.Binary) -> exp.Expression:
+    """`typreceive != 0`: a regproc column compared with an OID; 0 is no function ('-'), other OIDs none here."""
+    for column, other in ((node.this, node.expression), (node.expression, node.this)):
+        if isinstance(column, exp.Column) and column.name.lower() in _FUNCTION_COLUMNS and \
+                isinstance(other, exp.Literal) and not other.is_string:
+            other.replace(exp.Literal.string("-") if other.this == "0" else exp.null())
+    return node
+
+
 def _type_name(to: exp.Expression) -> str:
     if isinstance(to, exp.ObjectIdentifier):
         return to.name.lower()
@@ -356,6 +372,8 @@ def _oid_cast(node: exp.Cast, kind: str) -> exp.Expression:
     value = node.this
     if isinstance(value, exp.Literal | exp.Parameter) and (value.is_string if isinstance(value, exp.Literal)
                                                            else True):
+        if kind in ("regproc", "regprocedure"):  # the catalog keeps functions by name (pg_type.typinput)
+            return exp.cast(value, "VARCHAR")
         lookup = _LOOKUPS.get(kind)
         return _macro(lookup, value) if lookup else exp.cast(value, "BIGINT")
     parent = node.parent
