@@ -389,7 +389,8 @@ class Connection:
         self.database = startup.get("database") or user  # as PostgreSQL: the user's name if none is given
         self.settings = Settings.initial(user, startup)
         self.session = await self._in_thread(self.server._session_factory, self.server.policy, user,
-                                             engine=self.server.engine, answers=self.server.answers)
+                                             engine=self.server.engine, answers=self.server.answers,
+                                             database=self.database)
         for name in ("server_version", "server_encoding", "client_encoding", "DateStyle", "IntervalStyle",
                      "TimeZone", "integer_datetimes", "standard_conforming_strings", "application_name",
                      "is_superuser", "session_authorization"):

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from dpsql.frontends.schema_text import column_description, table_description
 from dpsql.frontends.server.catalog.builtin_types import BUILTIN, BY_NAME, PgType, declared_type, shown_type
 from dpsql.frontends.server.catalog.functions import FUNCTIONS
 from dpsql.frontends.server.catalog.relations import (
@@ -29,7 +30,7 @@ from dpsql.frontends.server.catalog.relations import (
     Column,
     Relation,
 )
-from dpsql.policy import ColumnPolicy, Policy, TablePolicy
+from dpsql.policy import Policy
 
 HERE = "\x00database"  # stands for the database's name, which each connection sees as the one it asked for
 DATABASE_OID = 16384
@@ -64,38 +65,14 @@ def described(policy: Policy) -> list[TableDescription]:
             kind, modifier = declared_type(column)
             columns.append((column.name, kind, modifier, not column.nullable))
         found.append(TableDescription(_FIRST_TABLE_OID + 2 * i, _FIRST_TABLE_OID + 2 * i + 1, PUBLIC, table.name,
-                                      "r", tuple(columns), _table_text(table),
-                                      tuple(_column_text(table, c) for c in table.columns.values())))
+                                      "r", tuple(columns), table_description(table),
+                                      tuple(column_description(table, c) for c in table.columns.values())))
     own_row_types = iter(range(_FIRST_ROW_TYPE_OID, _FIRST_ROW_TYPE_OID + len(RELATIONS)))
     for relation in RELATIONS:
         found.append(TableDescription(relation.oid, next(own_row_types), relation.schema, relation.name,
                                       "v" if relation.view else "r",
                                       tuple((c.name, c.type, -1, False) for c in relation.columns)))
     return found
-
-
-def _table_text(table: TablePolicy) -> str:
-    if table.public:
-        return "public table: read row by row and joined freely, at no cost"
-    if table.privacy_unit is None:
-        return "private table (row privacy): each row is one person's; ask aggregates"
-    unit = table.unit or table.privacy_unit
-    rows = f"{table.bound.max_rows} row{'s' if table.bound.max_rows != 1 else ''}"
-    return (f"private table: privacy unit {table.privacy_unit} (one {unit}); at most {rows} of one {unit} count "
-            "in a query; ask aggregates")
-
-
-def _column_text(table: TablePolicy, column: ColumnPolicy) -> str | None:
-    parts = []
-    if column.name == table.privacy_unit:
-        parts.append("the privacy unit")
-    if column.lower is not None and column.upper is not None:
-        parts.append(f"bounds [{column.lower:g}, {column.upper:g}]")
-    if column.values is not None:
-        parts.append("values: " + ", ".join(str(v) for v in column.values))
-    if column.per_unit:
-        parts.append(f"the same on every row of one {table.unit or 'unit'}")
-    return "; ".join(parts) or None
 
 
 def _row(relation: Relation, **values: Any) -> tuple[Any, ...]:
