@@ -49,7 +49,7 @@ class CatalogQueryError(ProgrammingError):
 
 
 class CatalogDatabase:
-    def __init__(self, policy: Policy, version: str) -> None:
+    def __init__(self, policy: Policy, version: str, time_limit: float = TIME_LIMIT) -> None:
         with opened(_STARTUP) as con:
             for schema in (ROWS, *DUCKDB_SCHEMA.values()):
                 con.execute(f"CREATE SCHEMA {schema}")
@@ -69,7 +69,8 @@ class CatalogDatabase:
                 con.execute(statement)
         self._con = con
         self._lock = threading.Lock()
-        self._watchdog = Watchdog(con, TIME_LIMIT)
+        self._time_limit = time_limit
+        self._watchdog = Watchdog(con, time_limit)
         self._facts: ConnectionFacts | None = None
 
     def columns(self, sql: str, facts: ConnectionFacts, parameters: int) -> list[tuple[str, str]]:
@@ -95,8 +96,8 @@ class CatalogDatabase:
                 columns = [(d[0], str(d[1])) for d in cursor.description or ()]
                 return columns, rows
             except duckdb.InterruptException:
-                raise CatalogQueryError(f"the catalog query ran longer than {TIME_LIMIT:g} s and was stopped") \
-                    from None
+                raise CatalogQueryError(f"the catalog query ran longer than {self._time_limit:g} s and was "
+                                        "stopped") from None
             except duckdb.Error as exc:
                 raise CatalogQueryError(f"dpsql cannot answer this catalog query: {first_line(exc)}") from None
 
