@@ -120,25 +120,12 @@ class DpsqlDialect(default.DefaultDialect):
         self._table(connection, table_name, schema)
         return {"constrained_columns": [], "name": None}
 
-    def get_foreign_keys(self, connection: Any, table_name: str, schema: str | None = None,
-                         **kw: Any) -> list[dict[str, Any]]:
+    def _nothing(self, connection: Any, table_name: str, schema: str | None = None, **kw: Any) -> list[Any]:
+        """No key, index or constraint exists (for a table that does)."""
         self._table(connection, table_name, schema)
         return []
 
-    def get_indexes(self, connection: Any, table_name: str, schema: str | None = None,
-                    **kw: Any) -> list[dict[str, Any]]:
-        self._table(connection, table_name, schema)
-        return []
-
-    def get_unique_constraints(self, connection: Any, table_name: str, schema: str | None = None,
-                               **kw: Any) -> list[dict[str, Any]]:
-        self._table(connection, table_name, schema)
-        return []
-
-    def get_check_constraints(self, connection: Any, table_name: str, schema: str | None = None,
-                              **kw: Any) -> list[dict[str, Any]]:
-        self._table(connection, table_name, schema)
-        return []
+    get_foreign_keys = get_indexes = get_unique_constraints = get_check_constraints = _nothing
 
     def get_table_comment(self, connection: Any, table_name: str, schema: str | None = None,
                           **kw: Any) -> dict[str, Any]:
