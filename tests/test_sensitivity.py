@@ -13,6 +13,7 @@ import tempfile
 from fractions import Fraction
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -78,6 +79,7 @@ def _measurements(policy_path: Path, sql: str, seed: int):
     return query_plan, {tuple(r[:keys]): [int(v or 0) for v in r[keys:]] for r in rows}
 
 
+@pytest.mark.slow  # a property test of many generated cases: the full suite runs it
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(units=datasets, m=st.integers(1, 3), removed=st.integers(0, 5), query=st.sampled_from(QUERIES),
        seed=st.integers(0, 2**31))
@@ -172,6 +174,7 @@ def _pair_dataset(folder: Path, units: list[list[tuple]], m: int, bounds: tuple,
        removed=st.integers(0, 4), query=st.sampled_from(PAIR_QUERIES), budget=st.sampled_from(list(PAIR_BUDGETS)),
        bounds=st.tuples(st.sampled_from(PAIR_BOUNDS), st.sampled_from(PAIR_BOUNDS)),
        caps=st.sampled_from([None, (1, 1), (2, 1), (1, 2), (2, 2)]))
+@pytest.mark.slow  # a property test of many generated cases: the full suite runs it
 def test_a_pair_moves_by_at_most_its_sensitivity_jointly(tmp_path_factory, units, m, removed, query, budget, bounds,
                                                          caps) -> None:
     removed %= len(units)
