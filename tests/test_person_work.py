@@ -148,7 +148,7 @@ def test_a_costly_filter_reads_fewer_rows_of_each_person(worlds: Worlds) -> None
     try:
         cheap = session.prepare("SELECT COUNT(*) FROM people WHERE tag > 3").plan.query.work
         costly = session.prepare("SELECT COUNT(*) FROM people WHERE note LIKE '%a_b%'").plan.query.work
-        assert cheap.examined > 1000 and M <= costly.examined < 2 * M
+        assert cheap.examined > 100 and M <= costly.examined < 2 * M
         assert cheap.total <= cheap.limit and costly.total <= costly.limit
         text = explain(session.prepare("SELECT COUNT(*) FROM people WHERE note LIKE '%a_b%'").plan)
         assert "Work per person" in text and f"the filter reads at most {costly.examined} row(s)" in text

@@ -470,9 +470,13 @@ def attack_query(kind: str, joins: int, costly: bool = True) -> str:
     return f"SELECT {counted} FROM f {chain} WHERE f.uid = {TARGET}"
 
 
-def longest_attack(session: PrivateSession, kind: str) -> PreparedQuery:
-    """The attack of `kind` with the most joins the checker accepts (its fan-out limit decides)."""
-    joins, prepared = 1, session.prepare(attack_query(kind, 1), epsilon=EPSILON)
+def longest_attack(session: PrivateSession, kind: str) -> PreparedQuery | None:
+    """The attack of `kind` with the most joins the checker accepts (its fan-out limit and the per-person work
+    bound decide), or None when even one join is refused."""
+    try:
+        joins, prepared = 1, session.prepare(attack_query(kind, 1), epsilon=EPSILON)
+    except Error:
+        return None
     while True:
         try:
             prepared = session.prepare(attack_query(kind, joins + 1), epsilon=EPSILON)
@@ -487,6 +491,9 @@ def attack_lines(worlds: Worlds, repeats: int = 15) -> list[str]:
     out = []
     for kind in ("public", "private"):
         prepared = longest_attack(worlds.sessions["base"], kind)
+        if prepared is None:
+            out.append(f"  {kind}: refused already at one join (the per-person work bound)")
+            continue
         times = interleaved_times(worlds, prepared, repeats)
         middle, fastest = medians(times), {name: min(values) for name, values in times.items()}
         base = operator_rows(worlds.sessions["base"], prepared)

@@ -41,6 +41,9 @@ ROW = 4  # one row through one stage of the bounded query (measured: 2-8 ns per 
 JOIN = 8  # one row a join outputs (measured: 7-9 ns per joined row)
 DRAW = 2_500  # one noise draw in Python (measured: about 5 us)
 CANDIDATE = DRAW + 500  # a candidate group in Python: its selection count's noise, and its cells
+# One row the filtered cap ranks past the lists (its window: a sort and a running count per person), measured
+# about 200 ns a row by benchmarks/attacks/person_work.py (its "cheap filter, long look-ahead").
+WINDOW = 100
 LISTED = 4  # rewrite/bounding.LISTED_DEPTH: the later rows whose earlier rows' values are listed beside them
 MAX_EXAMINED = 1_000_000  # the filtered cap's look-ahead never exceeds this many rows per person
 
@@ -132,7 +135,7 @@ def with_lookahead(terms: Sequence[WorkTerm], passes: int, limits: WorkLimits, f
 
     def read(examined: int) -> list[WorkTerm]:
         """The filter's runs, and past the lists the window that ranks the rows read."""
-        ranked = [WorkTerm("ranking the rows the filter reads", examined, 2 * ROW)] if examined > m + LISTED else []
+        ranked = [WorkTerm("ranking the rows the filter reads", examined, WINDOW)] if examined > m + LISTED else []
         return [WorkTerm(filter_text, filter_runs(examined, m), filter_cost), *ranked]
 
     def cost(examined: int) -> int:
@@ -140,7 +143,7 @@ def with_lookahead(terms: Sequence[WorkTerm], passes: int, limits: WorkLimits, f
 
     examined = m
     if cost(m + LISTED + 1) <= room:
-        examined = min(MAX_EXAMINED, m + LISTED + 1 + (room - cost(m + LISTED + 1)) // (filter_cost + 2 * ROW))
+        examined = min(MAX_EXAMINED, m + LISTED + 1 + (room - cost(m + LISTED + 1)) // (filter_cost + WINDOW))
     elif cost(m + LISTED) <= room:
         examined = m + LISTED
     work = PersonWork((*fixed.terms, *read(examined)), passes, fixed.limit, examined, fixed.release)
