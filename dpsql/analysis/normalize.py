@@ -26,9 +26,11 @@ from dataclasses import replace
 from sqlglot import exp
 
 from dpsql.analysis.check import written_output_names
-from dpsql.analysis.flatten import flatten, has_aggregate, refuse_oversized
+from dpsql.analysis.flatten import flatten, has_aggregate, merge_join_members, refuse_oversized
 from dpsql.analysis.public_facts import PublicFacts
 from dpsql.analysis.public_query import public_sql
+from dpsql.analysis.public_relations import materialize
+from dpsql.analysis.written_joins import has_written_joins, join_filters, written_joins
 from dpsql.errors import QueryRejected
 from dpsql.policy import Policy
 from dpsql.sql.parse import DIALECT, ParsedQuery, literal
@@ -47,6 +49,13 @@ def normalize(parsed: ParsedQuery, policy: Policy, facts: PublicFacts | None = N
         return parsed
     tree = parsed.tree.copy()
     _inline_ctes(tree, policy)
+    written_joins(tree, policy)
+    if facts is not None:
+        materialize(tree, policy, facts)
+    merge_join_members(tree, policy)
+    join_filters(tree, policy)
+    if facts is not None:
+        materialize(tree, policy, facts)  # the public tables a LEFT join's ON filtered
     _exists_as_in(tree, policy)
     if facts is not None:
         _public_in_lists(tree, policy, facts)
@@ -58,6 +67,8 @@ def normalize(parsed: ParsedQuery, policy: Policy, facts: PublicFacts | None = N
 
 
 def _has_work(tree: exp.Select) -> bool:
+    if has_written_joins(tree):
+        return True
     for node in tree.walk():
         if isinstance(node, exp.With | exp.Subquery | exp.Filter):
             return True

@@ -41,6 +41,7 @@ from sqlglot.optimizer.qualify import qualify
 from dpsql.analysis import person_work
 from dpsql.analysis.bounds import MAX_MAGNITUDE
 from dpsql.analysis.public_facts import PublicFacts
+from dpsql.analysis.public_relations import PublicRelation, public_relation
 from dpsql.dp.fixedpoint import fixed_point
 from dpsql.errors import ProgrammingError, QueryRejected
 from dpsql.policy import ColumnPolicy, ColumnType, ContributionBound, Policy, TablePolicy, WorkLimits
@@ -75,6 +76,15 @@ class _Member:
     name: str  # the prepared table's alias in the relation's SQL
     join: exp.Join | None  # None for the first table
     derived: Relation | None = None  # a per-unit subquery: its rows, one per unit, instead of a prepared table
+    public: Public | None = None  # a public relation (public_relations.py): its rows, written into the SQL
+
+
+@dataclass(frozen=True)
+class Public:
+    """A public relation in FROM: its facts and its SQL (a VALUES list of its rows)."""
+
+    relation: PublicRelation
+    sql: exp.Select
 
 
 # The placeholder table name of the i-th subquery in FROM while the join is resolved.
@@ -82,25 +92,32 @@ def _placeholder(index: int) -> str:
     return f"__dp_sub{index}"
 
 
-def _derived_tables(tree: exp.Select, subquery: SubqueryRelation | None) -> tuple[exp.Select, dict[str, Relation]]:
-    """The query with each subquery in FROM replaced by a placeholder table, and the placeholders' relations."""
+def _derived_tables(tree: exp.Select, subquery: SubqueryRelation | None
+                    ) -> tuple[exp.Select, dict[str, Relation], dict[str, Public]]:
+    """The query with each subquery in FROM replaced by a placeholder table, and the placeholders' relations: a
+    per-unit one's, or a public relation's rows."""
     sources = [tree.args["from_"].this] + [join.this for join in tree.args.get("joins") or []]
     if not any(isinstance(source, exp.Subquery) for source in sources):
-        return tree, {}
+        return tree, {}, {}
     for source in sources:
         if isinstance(source, exp.Table) and names.is_reserved(source.name):
             raise ProgrammingError(f"unknown table '{source.name}'")
-    if subquery is None:
+    if subquery is None and any(isinstance(source, exp.Subquery) and public_relation(source) is None
+                                for source in sources):
         raise QueryRejected("a subquery cannot be joined here")
     tree = tree.copy()
     sources = [tree.args["from_"].this] + [join.this for join in tree.args.get("joins") or []]
-    derived = {}
+    derived, publics = {}, {}
     for index, source in enumerate(sources):
         if isinstance(source, exp.Subquery):
-            derived[_placeholder(index)] = subquery(source)
+            found = public_relation(source)
+            if found is not None:
+                publics[_placeholder(index)] = Public(found, source.this)
+            else:
+                derived[_placeholder(index)] = subquery(source)
             source.replace(exp.alias_(exp.to_table(_placeholder(index)), source.alias_or_name or _placeholder(index),
                                       table=True))
-    return tree, derived
+    return tree, derived, publics
 
 
 SubqueryRelation = Callable[[exp.Subquery], Relation]  # per_unit.per_unit_relation, bound to the policy
@@ -115,13 +132,13 @@ def resolve(tree: exp.Select, policy: Policy, facts: PublicFacts | None,
     from_ = tree.args.get("from_")
     if from_ is None or not _needs_relation(tree, policy):
         return tree, None
-    tree, derived = _derived_tables(tree, subquery)
-    written = _members(tree, policy, derived)
+    tree, derived, publics = _derived_tables(tree, subquery)
+    written = _members(tree, policy, derived, publics)
     _refuse_public_only(written, tree, policy)
     tree = _qualified(tree, written)
     tree = _private_first(tree, policy, derived)
     # Again: qualify() normalised the aliases and turned USING into ON.
-    members = _checked_order(_members(tree, policy, derived))
+    members = _checked_order(_members(tree, policy, derived, publics))
     bound, steps, work = _bound(members, facts, policy.limits)
     mapping = _column_names(members)
     columns = _columns(members, mapping, facts)
@@ -138,12 +155,15 @@ def _needs_relation(tree: exp.Select, policy: Policy) -> bool:
     if tree.args.get("joins"):
         return True
     source = tree.args["from_"].this
+    if public_relation(source) is not None:
+        return True
     table = policy.table(source.name) if isinstance(source, exp.Table) and isinstance(source.this,
                                                                                        exp.Identifier) else None
     return table is not None and table.public
 
 
-def _members(tree: exp.Select, policy: Policy, derived: dict[str, Relation]) -> list[_Member]:
+def _members(tree: exp.Select, policy: Policy, derived: dict[str, Relation],
+             publics: dict[str, Public]) -> list[_Member]:
     sources = [(tree.args["from_"].this, None)] + [(join.this, join) for join in tree.args.get("joins") or []]
     members = []
     for index, (source, join) in enumerate(sources):
@@ -156,12 +176,13 @@ def _members(tree: exp.Select, policy: Policy, derived: dict[str, Relation]) -> 
         if alias is not None and alias.args.get("columns"):
             raise QueryRejected(f"{source.sql(DIALECT)}: renaming columns in a table alias (AS t(x, ...)) is not "
                                 "supported in a join")
-        relation = derived.get(source.name)
-        table = dataclasses.replace(relation.schema, name=source.name) if relation else policy.table(source.name)
+        relation, public = derived.get(source.name), publics.get(source.name)
+        schema = relation.schema if relation else public.relation.schema if public else None
+        table = dataclasses.replace(schema, name=source.name) if schema else policy.table(source.name)
         if table is None:
             raise ProgrammingError(f"unknown table '{source.name}' (the policy declares: "
                                    f"{', '.join(sorted(policy.tables))})")
-        members.append(_Member(table, source.alias_or_name, f"__dp_t{index}", join, relation))
+        members.append(_Member(table, source.alias_or_name, f"__dp_t{index}", join, relation, public))
     return members
 
 
@@ -314,13 +335,11 @@ def _bound(members: list[_Member], facts: PublicFacts | None,
         before = m
         pairs = _equalities(member, earlier)
         if member.table.public:
-            if facts is None:
-                raise QueryRejected(f"JOIN {member.table.name}: this engine cannot read public tables")
             keys = tuple(dict.fromkeys(mine.name for mine, _ in pairs))
-            k = max(facts.max_rows_per_key(member.table.name, keys), 1)
+            k = _rows_per_key(member, keys, facts)
             m *= k
             how = "unique key" if k == 1 else f"at most {k} rows share one value"
-            steps.append(f"{member.alias}: public table '{member.table.name}' joined on ({', '.join(keys)}): {how}, "
+            steps.append(f"{member.alias}: {_described(member)} joined on ({', '.join(keys)}): {how}, "
                          f"so each row meets at most {k}: m = {m}")
         else:
             _check_private_join(member, pairs, earlier)
@@ -333,11 +352,21 @@ def _bound(members: list[_Member], facts: PublicFacts | None,
             raise QueryRejected(f"JOIN {member.table.name}: one person could have {m} joined rows (the policy allows "
                                 f"{limits.max_joined_rows}: [engine] max_joined_rows): join on a key with fewer rows "
                                 "per value, or fewer tables")
-        label = "the per-unit subquery" if member.derived else member.table.name
+        label = "the per-unit subquery" if member.derived else "the public relation" if member.public \
+            else member.table.name
         work += [*_derived_work(member), *person_work.join_terms(f"JOIN {label} {member.alias}", before, m)]
         earlier[member.alias] = member
     steps.append(f"at most {m} joined row(s) per unit; the joined row's unit is {first.alias}'s")
     return m, steps, tuple(work)
+
+
+def _rows_per_key(member: _Member, keys: tuple[str, ...], facts: PublicFacts | None) -> int:
+    """k: the most rows of a public member sharing one value of `keys` (at least 1), from its data."""
+    if member.public is not None:
+        return max(member.public.relation.max_rows_per_key(keys), 1)
+    if facts is None:
+        raise QueryRejected(f"JOIN {member.table.name}: this engine cannot read public tables")
+    return max(facts.max_rows_per_key(member.table.name, keys), 1)
 
 
 def _refuse_copies(members: list[_Member], limits: WorkLimits) -> None:
@@ -371,6 +400,10 @@ def _capped(member: _Member) -> str:
 
 
 def _described(member: _Member) -> str:
+    if member.public is not None:
+        return f"the public relation of {len(member.public.relation.rows)} row(s) read from its query"
+    if member.table.public:
+        return f"public table '{member.table.name}'"
     return "the per-unit subquery" if member.derived else f"private table '{member.table.name}'"
 
 
@@ -434,7 +467,9 @@ def _columns(members: list[_Member], mapping: dict[tuple[str, str], str],
             mapped = mapping[(member.alias, name)]
             if mapped in columns:
                 continue
-            if member.table.public:
+            if member.public is not None:
+                columns[mapped] = dataclasses.replace(column, name=mapped)
+            elif member.table.public:
                 columns[mapped] = _public_column(member, column, mapped, facts)
             else:
                 # per_unit is dropped: the relation is capped already, so nothing reads it.
@@ -527,6 +562,8 @@ def gated(condition: exp.Expression, caps: dict[str, tuple[str, int]], alias: st
 
 
 def _source(member: _Member) -> exp.Expression:
+    if member.public is not None:
+        return member.public.sql.subquery(member.name)
     if member.derived is not None:
         return member.derived.sql.subquery(member.name)
     return exp.to_table(names.prepared_table(member.table.name)).as_(member.name)
