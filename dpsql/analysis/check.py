@@ -183,7 +183,10 @@ def _person_work(table: TablePolicy, relation: Relation | None, where: exp.Where
                  whole_units: bool) -> person_work.PersonWork:
     """The most work one person's rows can cause (person_work.py): refused over the policy's bound."""
     m = table.bound.max_rows
-    groups = min(m, table.bound.max_groups or m) if keys else 0  # the candidate groups one person can add
+    # The candidate groups one person can add: none when every key has public values (every declared group is
+    # noised whatever the data: release/cells.py), else at most one per row of theirs.
+    public = all(k.domain is not None for k in keys)
+    groups = min(m, table.bound.max_groups or m) if keys and not public else 0
     expressions = [(k.text, k.cost) for k in keys] + [(a.text, a.cost) for a in aggregates if a.cost]
     # One bucket query per quantile argument reads the bounded rows again (rewrite/quantile_buckets.py).
     passes = 1 + len({a.argument for a in aggregates if a.fraction is not None})
