@@ -332,13 +332,10 @@ def _refuse_subqueries(tree: exp.Select) -> None:
         label = {"expressions": "SELECT", "from_": "FROM", "group": "GROUP BY", "order": "ORDER BY"}.get(
             clause.arg_key, clause.arg_key.upper())
         hint = "ask the inner query on its own"
-        if isinstance(node.parent, exp.In):
-            hint = ("IN (SELECT ...) is answered over public tables, or on the privacy unit over a private table "
-                    "(unit IN (SELECT unit FROM t WHERE ...)) as an AND-ed WHERE condition; otherwise list the values: "
-                    "IN (1, 2, 3)")
-        elif isinstance(node.parent, exp.Exists):
-            hint = ("EXISTS is answered when correlated on one key equality, as an AND-ed WHERE condition; "
-                    "otherwise ask the inner query on its own")
+        if isinstance(node.parent, exp.In | exp.Exists):
+            hint = ("IN (SELECT ...) and EXISTS are answered in WHERE, over public tables, or over a private table "
+                    "of the query's unit correlated on the unit (unit IN (SELECT unit FROM t WHERE ...), EXISTS "
+                    "(SELECT ... FROM t WHERE t.unit = outer.unit AND ...)); otherwise list the values: IN (1, 2, 3)")
         raise QueryRejected(f"{label}: this subquery is not supported: {hint}")
 
 

@@ -29,6 +29,7 @@ from sqlglot.optimizer.qualify import qualify
 from dpsql.analysis import person_work
 from dpsql.analysis.bounds import Unbounded, interval_of
 from dpsql.analysis.public_facts import PublicFacts
+from dpsql.analysis.probes import has_probes
 from dpsql.analysis.public_relations import public_relation
 from dpsql.analysis.relation import JOINED, Relation, gated, resolve
 from dpsql.analysis.typecheck import Typed, total_expression
@@ -88,7 +89,7 @@ def per_unit_relation(subquery: exp.Subquery, policy: Policy, type_check: TypeCh
             raise QueryRejected(f"{_RULE}; {item.sql(DIALECT)} is not a named COUNT, SUM, AVG, MIN or MAX (name it: "
                                 f"{item.sql(DIALECT)} AS n)")
     joined = None
-    if inner.args.get("joins"):
+    if inner.args.get("joins") or has_probes(inner):
         inner, joined = resolve(inner, policy, facts)  # the joined rows, capped: at most m per unit
         if joined is None:
             raise QueryRejected(f"{_RULE}; a JOIN needs a table in FROM before it")

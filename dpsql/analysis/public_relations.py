@@ -11,7 +11,8 @@ normalize.py do). Two forms are replaced by what they return, before the checker
   the subquery run again with the query, so the facts hold for exactly the rows the query joins, whatever the
   subquery does (a LIMIT without ORDER BY could return other rows a second time, and another k);
 - a *public constant*: a scalar subquery of public tables (`WHERE cost > (SELECT AVG(beds) FROM departments)`)
-  becomes the one value it returns, as a literal of DuckDB's type for it (NULL for no row).
+  becomes the one value it returns, as a literal of DuckDB's type for it (NULL for no row); an EXISTS of public
+  tables that reads nothing of the outer query becomes TRUE or FALSE.
 
 A subquery that returns more than MAX_PUBLIC_ROWS rows, fails on its own (a correlated one: it reads the outer
 query), or returns a type dpsql's columns do not have, is left as written, for the checker to refuse; a scalar
@@ -94,6 +95,12 @@ def materialize(tree: exp.Select, policy: Policy, facts: PublicFacts) -> None:
             rows = _read(subquery.this, policy, facts)
             if rows is not None:
                 subquery.replace(_constant(subquery, rows))
+    for exists in list(tree.find_all(exp.Exists)):
+        # EXISTS over public tables alone, not correlated: a constant of public data.
+        if exists.root() is tree and isinstance(exists.this, exp.Query):
+            rows = _read(exp.select(exp.alias_(exp.Exists(this=exists.this.copy()), "e")), policy, facts)
+            if rows is not None:
+                exists.replace(exp.Boolean(this=bool(rows.rows[0][0])))
 
 
 def _inside_public_query(select: exp.Select, policy: Policy) -> bool:

@@ -38,7 +38,7 @@ from sqlglot import exp
 from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.qualify import qualify
 
-from dpsql.analysis import person_work
+from dpsql.analysis import person_work, probes
 from dpsql.analysis.bounds import MAX_MAGNITUDE
 from dpsql.analysis.public_facts import PublicFacts
 from dpsql.analysis.public_relations import PublicRelation, public_relation
@@ -130,25 +130,65 @@ def resolve(tree: exp.Select, policy: Policy, facts: PublicFacts | None,
     A subquery joined to tables (`subquery` builds its relation: a per-unit aggregation) is a private member with
     one row per unit: its SQL stands for a prepared table, and it needs no cap."""
     from_ = tree.args.get("from_")
-    if from_ is None or not _needs_relation(tree, policy):
+    needed = from_ is not None and _needs_relation(tree, policy)
+    if not needed and (from_ is None or not probes.has_probes(tree)):
         return tree, None
+    written_tree = tree
     tree, derived, publics = _derived_tables(tree, subquery)
+    carrier = tree.args["from_"].this.alias_or_name  # the probes' flags are read as columns of the first source
+    tree, found = probes.extract(tree, policy, _source_columns(tree, policy, derived, publics), carrier)
+    if not needed and not found:
+        return written_tree, None  # subqueries that are no probes: the checker refuses them
     written = _members(tree, policy, derived, publics)
-    _refuse_public_only(written, tree, policy)
-    tree = _qualified(tree, written)
+    _refuse_public_only(written, tree, policy, found)
+    flags = [probe.flag for probe in found]
+    tree = _qualified(tree, written, {carrier: flags})
     tree = _private_first(tree, policy, derived)
     # Again: qualify() normalised the aliases and turned USING into ON.
     members = _checked_order(_members(tree, policy, derived, publics))
-    bound, steps, work = _bound(members, facts, policy.limits)
+    bound, steps, work = _bound(members, facts, policy.limits, [probe.table for probe in found])
+    checked = _checked_probes(found, members, bound, facts, policy.limits)
+    steps[-1:-1] = [step for probe in checked for step in probe.steps]
+    work = (*work, *(term for probe in checked for term in probe.work))
     mapping = _column_names(members)
     columns = _columns(members, mapping, facts)
+    carried = next(m.alias for m in members if m.alias.lower() == carrier.lower())
+    for flag in flags:
+        mapping[(carried, flag)] = flag
+        columns[flag] = ColumnPolicy(flag, ColumnType.BOOL, nullable=False)
     first = members[0]
     unit = mapping[(first.alias, first.table.privacy_unit)] if first.table.privacy_unit else None
     schema = TablePolicy(JOINED, first.table.source, columns, ContributionBound(bound), unit,
                          first.table.row_privacy, unit=first.table.unit)
     sql, flagged, caps = _relation_sql(members, mapping, columns, tree)
+    if checked:
+        sql = sql.select(*[exp.alias_(probe.sql, probe.probe.flag) for probe in checked], copy=False)
     relation = Relation(schema, sql, tuple(steps), flagged, caps, work)
     return _over_relation(tree, mapping), relation
+
+
+def _source_columns(tree: exp.Select, policy: Policy, derived: dict[str, Relation],
+                    publics: dict[str, Public]) -> dict[str, set[str] | None]:
+    """Each FROM source's alias and its columns (None when not a declared table or a known relation)."""
+    found: dict[str, set[str] | None] = {}
+    for source in [tree.args["from_"].this] + [join.this for join in tree.args.get("joins") or []]:
+        schema = None
+        if isinstance(source, exp.Table):
+            relation, public = derived.get(source.name), publics.get(source.name)
+            schema = relation.schema if relation else public.relation.schema if public else policy.table(source.name)
+        found[source.alias_or_name] = set(schema.columns) if schema is not None else None
+    return found
+
+
+def _checked_probes(found: tuple[probes.Probe, ...], members: list[_Member], m: int, facts: PublicFacts | None,
+                    limits: WorkLimits) -> list[probes.CheckedProbe]:
+    """Each probe checked against the relation's sources (probes.py): a private source's unit column holds the
+    relation's unit (the first table's, and every private table is joined INNER on it)."""
+    outer = {member.alias.lower(): probes.Outer(member.table, member.name, not member.table.public)
+             for member in members}
+    first = members[0].table
+    unit = None if first.row_privacy else first.unit
+    return [probes.checked(probe, index, outer, unit, m, facts, limits) for index, probe in enumerate(found)]
 
 
 def _needs_relation(tree: exp.Select, policy: Policy) -> bool:
@@ -186,10 +226,14 @@ def _members(tree: exp.Select, policy: Policy, derived: dict[str, Relation],
     return members
 
 
-def _refuse_public_only(members: list[_Member], tree: exp.Select, policy: Policy) -> None:
+def _refuse_public_only(members: list[_Member], tree: exp.Select, policy: Policy,
+                        found: tuple[probes.Probe, ...]) -> None:
     """A FROM of public tables only: the query came here because it also reads a private table elsewhere (or it
     is explained): neither is answered."""
     if all(m.table.public for m in members):
+        if any(not probe.table.public for probe in found):
+            raise QueryRejected("a query over public tables cannot ask EXISTS or IN of a private table: join the "
+                                "private table, or put it first in FROM")
         if any(not (policy.table(t.name) and policy.table(t.name).public) for t in tree.find_all(exp.Table)):
             raise QueryRejected("subqueries are not supported: a query of public tables cannot read a private "
                                 "table inside it; join the private table instead")
@@ -281,8 +325,13 @@ def _check_join_kind(join: exp.Join, table: TablePolicy) -> None:
             raise QueryRejected(f"{text}: {key.upper()} joins are not supported")
 
 
-def _qualified(tree: exp.Select, members: list[_Member]) -> exp.Select:
+def _qualified(tree: exp.Select, members: list[_Member], flags: dict[str, list[str]]) -> exp.Select:
+    """The query with every column qualified by its source; `flags` are more boolean columns of a source (by
+    alias): the probes' (probes.py)."""
     schema = {m.table.name: {c.name: c.type.duckdb for c in m.table.columns.values()} for m in members}
+    for member in members:
+        for flag in flags.get(member.alias, ()):
+            schema[member.table.name][flag] = "BOOLEAN"
     try:
         return qualify(tree, schema=schema, dialect=DIALECT, validate_qualify_columns=True, expand_stars=False,
                        quote_identifiers=False, identify=False)
@@ -321,10 +370,11 @@ def _equalities(member: _Member, earlier: dict[str, _Member]) -> list[tuple[exp.
     return pairs
 
 
-def _bound(members: list[_Member], facts: PublicFacts | None,
-           limits: WorkLimits) -> tuple[int, list[str], tuple[person_work.WorkTerm, ...]]:
-    """m, the steps that derive it (for explain), and the work of one person's rows through the joins."""
-    _refuse_copies(members, limits)
+def _bound(members: list[_Member], facts: PublicFacts | None, limits: WorkLimits,
+           probed: list[TablePolicy]) -> tuple[int, list[str], tuple[person_work.WorkTerm, ...]]:
+    """m, the steps that derive it (for explain), and the work of one person's rows through the joins. `probed`:
+    the tables the probes read (each a further read of a table, as a join is)."""
+    _refuse_copies(members, limits, probed)
     first = members[0]
     m = first.table.bound.max_rows
     unit = "each row is its own unit" if first.table.row_privacy else f"unit '{first.table.unit}'"
@@ -369,19 +419,21 @@ def _rows_per_key(member: _Member, keys: tuple[str, ...], facts: PublicFacts | N
     return max(facts.max_rows_per_key(member.table.name, keys), 1)
 
 
-def _refuse_copies(members: list[_Member], limits: WorkLimits) -> None:
-    joins = len(members) - 1
+def _refuse_copies(members: list[_Member], limits: WorkLimits, probed: list[TablePolicy]) -> None:
+    joins = len(members) - 1 + len(probed)
     if joins > limits.max_joins:
         raise QueryRejected(f"the query joins {joins} tables to the first one (the policy allows {limits.max_joins}: "
                             "[engine] max_joins): every join multiplies the rows of one person and the work they "
                             "cost; ask fewer tables at once")
     copies: dict[str, int] = {}
-    for member in members:
-        if member.derived is None and not member.table.public:
-            copies[member.table.name] = copies.get(member.table.name, 0) + 1
-            if copies[member.table.name] > MAX_COPIES:
-                raise QueryRejected(f"JOIN {member.table.name} {member.alias}: the private table '{member.table.name}' "
-                                    f"is read {copies[member.table.name]} times; at most {MAX_COPIES} (one self-join, "
+    read = [(m.table, f"JOIN {m.table.name} {m.alias}") for m in members if m.derived is None] + \
+        [(table, f"EXISTS over {table.name}") for table in probed]
+    for table, where in read:
+        if not table.public:
+            copies[table.name] = copies.get(table.name, 0) + 1
+            if copies[table.name] > MAX_COPIES:
+                raise QueryRejected(f"{where}: the private table '{table.name}' "
+                                    f"is read {copies[table.name]} times; at most {MAX_COPIES} (one self-join, "
                                     "which pairs a person's rows): a further copy adds nothing and multiplies one "
                                     "person's rows again")
 
