@@ -119,6 +119,7 @@ class Source:
     conditions: tuple[str, ...]
     unit: str
     with_: str = ""
+    joined_by: str = ""  # a condition every query of it has (a comma join's equality)
 
 
 def _visits(prefix: str = "") -> dict[str, str]:
@@ -149,6 +150,28 @@ SOURCES = (
     Source("per-unit join", "(SELECT pid, COUNT(*) AS n, SUM(stay) AS total_stay FROM visits GROUP BY pid) AS u "
            "JOIN patients p ON u.pid = p.pid", {"u.n": "int", "u.total_stay": "int", "p.birth_year": "int"},
            frozenset(), ("p.insurance", "u.n"), ("p.birth_year > 1925",), "u.pid"),
+    # issue 36: joins as written, public relations, semi- and anti-joins
+    Source("right join", "depts d RIGHT JOIN visits v ON v.dept = d.dept", _visits("v."), frozenset({"v.cost"}),
+           ("d.wing", "v.dept"), ("v.age > 10", "d.floor < 4"), "v.pid"),
+    Source("comma join", "visits v, patients p", {**_visits("v."), "p.birth_year": "int"}, frozenset({"v.cost"}),
+           ("p.insurance", "v.dept"), ("p.birth_year > 1930", "v.stay < 20"), "v.pid", joined_by="v.pid = p.pid"),
+    Source("ON filter", "visits v JOIN depts d ON d.dept = v.dept AND d.floor < 4", _visits("v."),
+           frozenset({"v.cost"}), ("d.wing", "v.region"), ("v.age > 10",), "v.pid"),
+    Source("public CTE", "visits v JOIN w ON w.dept = v.dept", _visits("v."), frozenset({"v.cost"}),
+           ("w.wing", "v.dept"), ("v.stay < 28", "w.floor > 1"), "v.pid",
+           with_="WITH w AS (SELECT dept, wing, floor FROM depts WHERE floor <> 3) "),
+    Source("private CTE", "visits v JOIN p ON p.pid = v.pid", {**_visits("v."), "p.birth_year": "int"},
+           frozenset({"v.cost"}), ("p.insurance", "v.dept"), ("v.age > 10",), "v.pid",
+           with_="WITH p AS (SELECT pid, insurance, birth_year FROM patients WHERE birth_year > 1940) "),
+    Source("semi/anti-join", "visits v", _visits("v."), frozenset({"v.cost"}), ("v.dept", "v.region"), (
+        "NOT EXISTS (SELECT 1 FROM patients p WHERE p.pid = v.pid AND p.birth_year > 1960)",
+        "v.age > 80 OR EXISTS (SELECT 1 FROM visits w WHERE w.pid = v.pid AND w.stay > v.stay)",
+        "NOT EXISTS (SELECT 1 FROM visits w WHERE w.pid = v.pid AND w.age > v.age)",
+        "v.pid NOT IN (SELECT pid FROM patients WHERE insurance = 'none')",
+        "NOT (v.smoker AND v.pid IN (SELECT pid FROM patients WHERE birth_year < 1950))",
+        "NOT EXISTS (SELECT 1 FROM depts d WHERE d.dept = v.dept AND d.floor > v.stay)",
+        "v.dept NOT IN (SELECT dept FROM depts WHERE wing = 'west')",
+        "v.cost > (SELECT AVG(floor) FROM depts)"), "v.pid"),
 )
 
 
@@ -212,7 +235,9 @@ class Generator:
         outputs = self.outputs(source)
         key = r.choice(source.keys) if r.random() < 0.75 else None
         items = ([f"{key} AS k"] if key else []) + [f"{o.sql} AS o{i}" for i, o in enumerate(outputs)]
-        where = f" WHERE {r.choice(source.conditions)}" if r.random() < 0.5 else ""
+        conditions = [r.choice(source.conditions)] if r.random() < 0.5 or source.shape == "semi/anti-join" else []
+        conditions += [source.joined_by] if source.joined_by else []
+        where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
         group = f" GROUP BY {key}" if key else ""
         head = f"{source.with_}SELECT "
         tail = f" FROM {source.from_}{where}{group}"

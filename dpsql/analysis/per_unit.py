@@ -28,8 +28,8 @@ from sqlglot.optimizer.qualify import qualify
 
 from dpsql.analysis import person_work
 from dpsql.analysis.bounds import Unbounded, interval_of
-from dpsql.analysis.public_facts import PublicFacts
 from dpsql.analysis.probes import has_probes
+from dpsql.analysis.public_facts import PublicFacts
 from dpsql.analysis.public_relations import public_relation
 from dpsql.analysis.relation import JOINED, Relation, gated, resolve
 from dpsql.analysis.typecheck import Typed, total_expression
@@ -60,8 +60,8 @@ def resolve_per_unit(tree: exp.Select, policy: Policy, type_check: TypeCheck,
     subquery joined to tables is a member of a join: relation.py asks `per_unit_relation` for it)."""
     from_ = tree.args.get("from_")
     if from_ is None or not isinstance(from_.this, exp.Subquery) or tree.args.get("joins") \
-            or public_relation(from_.this) is not None:
-        return None
+            or public_relation(from_.this) is not None or has_probes(tree):
+        return None  # a join (or a probe: a semi-join) reads it as one of its members: relation.py
     subquery = from_.this
     relation = per_unit_relation(subquery, policy, type_check, facts)
     outer = tree.copy()

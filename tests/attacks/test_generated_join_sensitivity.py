@@ -38,11 +38,22 @@ FROMS = [
      "JOIN look l ON t.city = l.city GROUP BY t.pid) AS p", "p"),
     (f"({PER_UNIT} WHERE k > 2 GROUP BY pid HAVING SUM(x) > 1) AS p JOIN u ON u.pid = p.pid", "p"),
     (f"({PER_UNIT} GROUP BY pid) AS p JOIN t ON t.pid = p.pid", "p"),
+    # issue 36: joins as written, a public relation, a private table's rows as a CTE
+    ("look l RIGHT JOIN t ON t.city = l.city", "t"), ("t JOIN look l ON t.city = l.city AND l.weight > 1", "t"),
+    ("t JOIN (SELECT city, weight, region FROM look WHERE weight < 5) AS l ON l.city = t.city", "t"),
+    ("t JOIN (SELECT pid, y FROM u WHERE y > 1) AS u ON t.pid = u.pid", "t"),
 ]
 WHERES = {"t": ["", "WHERE t.pid IN (SELECT pid FROM u WHERE y > 1)",
                 "WHERE EXISTS (SELECT 1 FROM u WHERE u.pid = t.pid)",
-                "WHERE t.city IN (SELECT city FROM look WHERE weight > 1)", "WHERE t.k > 3"],
-          "p": ["", "WHERE p.n > 1", "WHERE p.pid IN (SELECT pid FROM u)", "WHERE p.mk < 5"]}
+                "WHERE t.city IN (SELECT city FROM look WHERE weight > 1)", "WHERE t.k > 3",
+                # issue 36: semi- and anti-joins in general form
+                "WHERE NOT EXISTS (SELECT 1 FROM u AS q WHERE q.pid = t.pid AND q.y > 2)",
+                "WHERE t.k > 5 OR EXISTS (SELECT 1 FROM u AS q WHERE q.pid = t.pid AND q.y < t.k)",
+                "WHERE t.pid NOT IN (SELECT pid FROM u WHERE y > 1)",
+                "WHERE NOT EXISTS (SELECT 1 FROM look AS q WHERE q.city = t.city AND q.weight > t.k)",
+                "WHERE NOT EXISTS (SELECT 1 FROM t AS q WHERE q.pid = t.pid AND q.k > t.k)"],
+          "p": ["", "WHERE p.n > 1", "WHERE p.pid IN (SELECT pid FROM u)", "WHERE p.mk < 5",
+                "WHERE NOT EXISTS (SELECT 1 FROM u AS q WHERE q.pid = p.pid AND q.y > p.n)"]}
 AGGREGATES = {"t": ["COUNT(*)", "COUNT(DISTINCT t.pid)", "COUNT(DISTINCT t.city)", "SUM(t.x)", "COUNT(t.x)",
                     "SUM(t.k)", "AVG(t.x)", "COUNT(DISTINCT t.grp)"],
               "p": ["COUNT(*)", "SUM(p.n)", "SUM(p.sx)", "COUNT(DISTINCT p.mk)", "AVG(p.sx)", "COUNT(p.cx)",
