@@ -144,9 +144,9 @@ SOURCES = (
            ("stay2 < 56", "age > 2"), "pid",
            with_="WITH s AS (SELECT pid, dept, region, age, stay * 2 AS stay2, cost FROM visits WHERE age >= 1) "),
     Source("per-unit", "(SELECT pid, COUNT(*) AS n, SUM(stay) AS total_stay, AVG(age) AS mean_age, "
-           "MAX(score) AS top_score FROM visits GROUP BY pid) AS u",
-           {"n": "int", "total_stay": "int", "mean_age": "float", "top_score": "float"}, frozenset(), ("n",),
-           ("total_stay > 3", "mean_age > 5"), "pid"),
+           "MAX(score) AS top_score, COUNT(DISTINCT dept) AS depts FROM visits GROUP BY pid) AS u",
+           {"n": "int", "total_stay": "int", "mean_age": "float", "top_score": "float", "depts": "int"}, frozenset(),
+           ("n", "depts"), ("total_stay > 3", "mean_age > 5", "depts > 1"), "pid"),
     Source("per-unit join", "(SELECT pid, COUNT(*) AS n, SUM(stay) AS total_stay FROM visits GROUP BY pid) AS u "
            "JOIN patients p ON u.pid = p.pid", {"u.n": "int", "u.total_stay": "int", "p.birth_year": "int"},
            frozenset(), ("p.insurance", "u.n"), ("p.birth_year > 1925",), "u.pid"),
@@ -187,7 +187,8 @@ class Output:
 
 
 FEATURES = ("COUNT(*)", "COUNT(DISTINCT", "SUM", "AVG", "VAR", "STDDEV", "MEDIAN", "QUANTILE_CONT", "QUANTILE_DISC",
-            "PERCENTILE_CONT", "MIN", "MAX", "CAST", "//", "* 1.5", "/ COUNT(*)")  # what the summary counts
+            "PERCENTILE_CONT", "MIN", "MAX", "CAST", "//", "* 1.5", "/ COUNT(*)", "SUM(DISTINCT", "AVG(DISTINCT",
+            "FILTER")  # what the summary counts
 NULL = None
 WITHIN = "within the bounds"
 NAN = "NaN"
@@ -210,6 +211,7 @@ class Generator:
             lambda: Output(f"SUM({x}) / COUNT(*)", "exact", empty=NAN),
             lambda: Output(f"MIN({x})", "min", x, 0.0, WITHIN),
             lambda: Output(f"MAX({x})", "max", x, 1.0, WITHIN),
+            lambda: Output(f"COUNT(DISTINCT {source.unit}) FILTER (WHERE {x} > 2)", "exact"),
         ]
         if x in source.nullable:
             choices.append(lambda: Output(f"COUNT({x})", "exact"))
@@ -221,12 +223,15 @@ class Generator:
                 lambda: Output(f"QUANTILE_CONT({x}, 0.25)", "quantile", x, 0.25, WITHIN),
                 lambda: Output(f"PERCENTILE_CONT(0.75) WITHIN GROUP (ORDER BY {x})", "quantile", x, 0.75, WITHIN),
                 lambda: Output(f"QUANTILE_DISC({x}, 0.5)", "quantile", x, 0.5, WITHIN),
+                lambda: Output(f"SUM(DISTINCT {x})", "exact"),
+                lambda: Output(f"AVG(DISTINCT {x})", "exact", empty=NULL),
             ]
         if kind != "float":  # as text, a sum of doubles is exact only on the grid (a per-unit AVG is not)
             choices.append(lambda: Output(f"CAST(SUM({x}) AS VARCHAR)", "exact", empty="0"))
         if kind == "int":
             choices += [lambda: Output(f"SUM({x}) // 7", "exact"), lambda: Output(f"SUM({x} * 2)", "exact"),
-                        lambda: Output(f"COUNT(DISTINCT {x})", "exact"), lambda: Output(f"SUM({x} * 1.5)", "exact")]
+                        lambda: Output(f"COUNT(DISTINCT {x})", "exact"), lambda: Output(f"SUM({x} * 1.5)", "exact"),
+                        lambda: Output(f"COUNT(DISTINCT {x}) FILTER (WHERE {x} > 5)", "exact")]
         return [r.choice(choices)() for _ in range(r.randint(1, 3))]
 
     def query(self) -> Case:

@@ -78,11 +78,34 @@ def _measurements(policy_path: Path, sql: str, seed: int):
     return query_plan, {tuple(r[:keys]): [int(v or 0) for v in r[keys:]] for r in rows}
 
 
+# Issue 36: sums and averages over distinct values (a unit removes at most its rows' values, adds none), and the
+# units with a row where a condition holds (COUNT(DISTINCT unit) FILTER (WHERE c), as normalize.py writes it).
+DISTINCT_QUERIES = [
+    "SELECT grp, SUM(DISTINCT x), AVG(DISTINCT k), SUM(DISTINCT k) FROM t GROUP BY grp",
+    "SELECT city, AVG(DISTINCT x), COUNT(DISTINCT CASE WHEN k > 3 THEN pid END) FROM t GROUP BY city",
+    "SELECT COUNT(DISTINCT CASE WHEN k > 3 THEN pid END), COUNT(DISTINCT CASE WHEN x > 0 THEN city END), "
+    "SUM(DISTINCT x * 2), COUNT(*) FROM t",
+    "SELECT grp, SUM(DISTINCT k), SUM(k), AVG(DISTINCT k), AVG(k), COUNT(k) FROM t WHERE x IS NOT NULL GROUP BY grp",
+]
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(units=datasets, m=st.integers(1, 3), removed=st.integers(0, 5), query=st.sampled_from(QUERIES),
        seed=st.integers(0, 2**31))
 def test_one_unit_moves_each_measurement_by_at_most_its_sensitivity(tmp_path_factory, units, m, removed, query,
                                                                    seed) -> None:
+    _moves_within_sensitivity(tmp_path_factory, units, m, removed, query, seed)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(units=datasets, m=st.integers(1, 3), removed=st.integers(0, 5), query=st.sampled_from(DISTINCT_QUERIES),
+       seed=st.integers(0, 2**31))
+def test_one_unit_moves_distinct_values_by_at_most_their_sensitivity(tmp_path_factory, units, m, removed, query,
+                                                                     seed) -> None:
+    _moves_within_sensitivity(tmp_path_factory, units, m, removed, query, seed)
+
+
+def _moves_within_sensitivity(tmp_path_factory, units, m, removed, query, seed) -> None:
     removed %= len(units)
     base = tmp_path_factory.mktemp("d")
     with_unit = _write(base / "with", units, m)

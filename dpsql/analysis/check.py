@@ -56,6 +56,8 @@ class Vocabulary:
 
     functions: Mapping[type[exp.Expression], AggregateKind]  # each sqlglot call and the kind it asks for
     supported: str  # every supported aggregate, for the message that refuses another
+    # The kind a call asks for with DISTINCT in it (SUM(DISTINCT x): "sum" -> "sum_distinct"), where there is one.
+    distinct: Mapping[AggregateKind, AggregateKind] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -581,7 +583,10 @@ def _aggregate(node: exp.Expression, table: TablePolicy, vocabulary: Vocabulary,
                             f"bound, so it has no differentially private answer here (supported: "
                             f"{vocabulary.supported})")
     if isinstance(argument, exp.Distinct):
-        raise QueryRejected(f"{text}: DISTINCT inside {kind.upper()} is not supported")
+        if kind not in vocabulary.distinct or len(argument.expressions) != 1:
+            raise QueryRejected(f"{text}: DISTINCT inside {kind.upper()} is not supported (SUM, AVG and COUNT "
+                                "take DISTINCT)")
+        kind, argument = vocabulary.distinct[kind], argument.expressions[0]
     if argument is None:  # QUANTILE_CONT(, 0.5) parses
         raise QueryRejected(f"{text}: {kind.upper()} needs a value to aggregate")
     vet_row_expression(argument, text)
@@ -616,10 +621,30 @@ def _count_distinct(inner: list[exp.Expression], table: TablePolicy, node: exp.E
     (argument,) = inner
     if isinstance(argument, exp.Column) and table.privacy_unit is not None and argument.name == table.privacy_unit:
         return AggregateCall(COUNT_UNITS, None, None, False, node)
+    condition = _units_where(argument, table)
+    if condition is not None:
+        # COUNT(DISTINCT unit) FILTER (WHERE c), as normalize.py writes it: the units with a row where c holds. One
+        # unit adds at most 1 to each group it reaches, as without the condition.
+        vet_row_expression(condition, text)
+        typed = _type_check(condition, table, text, boolean=True)
+        return AggregateCall(COUNT_UNITS, exp.Distinct(expressions=[condition]), None, False, node, cost=typed.cost)
     vet_row_expression(argument, text)
     typed = _type_check(argument, table, text)
     # Hashed for its distinct values: as many units as the value can have characters, besides computing it.
     return AggregateCall(COUNT_DISTINCT, argument, None, True, node, cost=typed.cost + typed.length)
+
+
+def _units_where(argument: exp.Expression, table: TablePolicy) -> exp.Expression | None:
+    """c, when `argument` is `CASE WHEN c THEN unit END` (no ELSE, or ELSE NULL): the unit where c holds."""
+    bare = argument.unnest()
+    if not isinstance(bare, exp.Case) or bare.this is not None or len(bare.args.get("ifs") or []) != 1 \
+            or not isinstance(bare.args.get("default") or exp.null(), exp.Null) or table.privacy_unit is None:
+        return None
+    branch = bare.args["ifs"][0]
+    result = branch.args["true"].unnest()
+    if isinstance(result, exp.Column) and result.name == table.privacy_unit:
+        return branch.this
+    return None
 
 
 def _nullable(expression: exp.Expression, table: TablePolicy) -> bool:

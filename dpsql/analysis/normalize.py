@@ -297,11 +297,17 @@ def _unfilter_aggregates(tree: exp.Select) -> None:
         elif not isinstance(call, _NULL_SKIPPING):
             continue  # left as written: the checker refuses FILTER on it
         argument = call.this if slot == "this" else call.expressions[0]
-        if isinstance(argument, exp.Distinct):
-            raise QueryRejected(f"{node.sql(DIALECT)}: FILTER (WHERE ...) on a DISTINCT aggregate is not "
-                                "supported; put the condition in the WHERE clause")
-        value = exp.Literal.number(1) if argument is None or isinstance(argument, exp.Star) else argument
         unfiltered = call.copy()
+        if isinstance(argument, exp.Distinct):
+            # AGG(DISTINCT x) FILTER (WHERE c) is AGG(DISTINCT CASE WHEN c THEN x END): the distinct non-NULL
+            # values among the rows where c is TRUE, which DISTINCT skips NULL for.
+            if len(argument.expressions) != 1 or slot != "this":
+                continue  # DISTINCT of several expressions, VAR(DISTINCT x): left as written, for the checker
+            case = exp.Case(ifs=[exp.If(this=condition.copy(), true=argument.expressions[0].copy())])
+            unfiltered.set(slot, exp.Distinct(expressions=[case]))
+            node.replace(unfiltered)
+            continue
+        value = exp.Literal.number(1) if argument is None or isinstance(argument, exp.Star) else argument
         case = exp.Case(ifs=[exp.If(this=condition.copy(), true=value.copy())])
         unfiltered.set(slot, case if slot == "this" else [case])
         node.replace(unfiltered)

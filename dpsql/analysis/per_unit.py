@@ -244,7 +244,15 @@ def _aggregate_column(call: exp.Expression, name: str, table: TablePolicy, m: in
         # A unit is in the subquery only with at least one row: COUNT(*) is 1..m (COUNT(x) may be 0).
         return _count_column(name, m, nullable=False, lowest=1), exp.Count(this=exp.Star()), 0
     if isinstance(argument, exp.Distinct):
-        raise QueryRejected(f"{place}: DISTINCT is not supported")
+        if kind != "COUNT" or len(argument.expressions) != 1:
+            raise QueryRejected(f"{place}: DISTINCT is not supported here (COUNT(DISTINCT x) is)")
+        # The distinct non-NULL values of x among the unit's capped rows: in [0, m], as COUNT(x) is. x as written
+        # (total, not clamped: clamping could merge distinct values).
+        (value,) = argument.expressions
+        vet_row_expression(value, place)
+        typed = type_check(value, table, place)  # hashed for its distinct values: its length, besides computing it
+        return _count_column(name, m, nullable=False), exp.Count(this=exp.Distinct(expressions=[
+            _total(value, table)])), typed.cost + typed.length
     vet_row_expression(argument, place)
     cost = type_check(argument, table, place, numeric=kind != "COUNT").cost
     column, value = _argument_column(kind, call, argument, name, table, m)

@@ -291,7 +291,8 @@ def project_fixed_point(tree: exp.Select, context: _Context) -> exp.Select:
     """Each summed value as its clamped fixed-point integer __q<i> (already one for a bare bounded column)."""
     points = {}
     for m in context.plan.measurements:
-        if m.spec.kind in (MeasurementKind.SUM, MeasurementKind.SUMSQ, MeasurementKind.ABOVE, MeasurementKind.BELOW):
+        if m.spec.kind in (MeasurementKind.SUM, MeasurementKind.SUMSQ, MeasurementKind.ABOVE, MeasurementKind.BELOW) \
+                or (m.spec.kind is MeasurementKind.ROWS and m.spec.distinct):
             points[context.value_index(m.spec.argument)] = m.spec
     passthrough = [exp.column(c.alias_or_name) for c in tree.expressions]
     integers = []
@@ -329,7 +330,10 @@ def _value_column(spec: MeasurementSpec, context: _Context,
 
 def _measurement(spec: MeasurementSpec, context: _Context) -> exp.Expression:
     if spec.kind is MeasurementKind.UNITS:
-        return exp.Count(this=exp.Distinct(expressions=[exp.column(names.UNIT)]))
+        unit = exp.column(names.UNIT)
+        if spec.argument is not None:  # the units with a row where the condition (projected as the value) holds
+            unit = exp.Case().when(_value_column(spec, context), unit).else_(exp.null())
+        return exp.Count(this=exp.Distinct(expressions=[unit]))
     if spec.kind is MeasurementKind.DISTINCT:
         return exp.Count(this=exp.Distinct(expressions=[_value_column(spec, context)]))
     if spec.kind is MeasurementKind.QUANTILE:
@@ -339,6 +343,8 @@ def _measurement(spec: MeasurementSpec, context: _Context) -> exp.Expression:
     if spec.kind is MeasurementKind.ROWS:
         if spec.argument is None:
             return exp.Count(this=exp.Star())
+        if spec.distinct:  # the distinct fixed-point values (SUM(DISTINCT x) counts the same ones)
+            return exp.Count(this=exp.Distinct(expressions=[_value_column(spec, context, names.row_integer)]))
         return exp.Count(this=_value_column(spec, context))
     if spec.kind is MeasurementKind.NULLS:
         nulls = exp.Sub(this=exp.Count(this=exp.Star()), expression=exp.Count(this=_value_column(spec, context)))
@@ -356,11 +362,15 @@ def _measurement(spec: MeasurementSpec, context: _Context) -> exp.Expression:
     if spec.kind is MeasurementKind.SUMSQ:
         real = exp.Mul(this=exp.cast(centered, "DOUBLE"), expression=double(float(spec.value_point.step)))
         return exp.Sum(this=spec.square_point.centered(exp.Pow(this=exp.paren(real), expression=exp.Literal.number(2))))
-    total = exp.Sum(this=centered)
+    if spec.distinct:  # each distinct fixed-point value once: a bijection of the clamped value's grid point
+        total = exp.Sum(this=exp.Distinct(expressions=[centered]))
+        counted = exp.Count(this=exp.Distinct(expressions=[centered.copy()]))
+    else:
+        total, counted = exp.Sum(this=centered), exp.Count(this=value.copy())
     if not spec.plain:
         return total
     # The uncentered sum, exactly: add center * count back in 128-bit integers.
-    shift = exp.Mul(this=_huge(spec.value_point.center), expression=exp.Count(this=value.copy()))
+    shift = exp.Mul(this=_huge(spec.value_point.center), expression=counted)
     return exp.Add(this=total, expression=shift)
 
 
