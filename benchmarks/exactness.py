@@ -28,6 +28,7 @@ with non-NULL values of every aggregated column (SQL's SUM over no values is NUL
 
 from __future__ import annotations
 
+import datetime
 import math
 import random
 from collections import Counter
@@ -61,6 +62,7 @@ VISITS = {
     "cost": {"type": "float", "lower": 0, "upper": 500},
     "score": {"type": "float", "lower": -10, "upper": 10, "nullable": False},
     "smoker": {"type": "bool", "nullable": False},
+    "day": {"type": "date", "lower": "2019-01-01", "upper": "2024-12-31", "nullable": False},
 }
 PATIENTS = {
     "pid": {"type": "int"},
@@ -68,7 +70,7 @@ PATIENTS = {
     "insurance": {"type": "text", "values": list(INSURANCE), "nullable": False},
 }
 DEPTS = {"dept": {"type": "text"}, "floor": {"type": "int"}, "wing": {"type": "text"}}
-_SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE", "text": "VARCHAR", "bool": "BOOLEAN"}
+_SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE", "text": "VARCHAR", "bool": "BOOLEAN", "date": "DATE"}
 
 
 def write_data(folder: Path, seed: int, people: int = 300) -> Path:
@@ -79,8 +81,9 @@ def write_data(folder: Path, seed: int, people: int = 300) -> Path:
         patients.append((pid, rng.randint(1920, 2025), rng.choice(INSURANCE)))
         for _ in range(rng.randint(1, MAX_ROWS)):
             cost = None if rng.random() < 0.1 else rng.randint(0, 2000) / 4
+            day = datetime.date(2019, 1, 1) + datetime.timedelta(days=rng.randint(0, 6 * 365))
             visits.append((pid, rng.choice(DEPARTMENTS[:-1]), rng.choice(REGIONS), rng.randint(0, 100),
-                           rng.randint(0, 30), cost, rng.randint(-40, 40) / 4, rng.random() < 0.3))
+                           rng.randint(0, 30), cost, rng.randint(-40, 40) / 4, rng.random() < 0.3, day.isoformat()))
     depts = [("a", 1, "east"), ("b", 2, "east"), ("c", 3, "west"), ("d", 4, "west"), ("z", 5, "west")]
     for name, header, rows in (("visits", VISITS, visits), ("patients", PATIENTS, patients),
                                ("depts", DEPTS, depts)):
@@ -124,7 +127,8 @@ class Source:
 
 def _visits(prefix: str = "") -> dict[str, str]:
     return {f"{prefix}{c}": kind for c, kind in (("age", "int"), ("stay", "int"), ("cost", "float"),
-                                                 ("score", "float"), ("smoker", "bool"))}
+                                                 ("score", "float"), ("smoker", "bool"))} | {
+        f"YEAR({prefix}day)": "int", f"MONTH({prefix}day)": "int", f"DAYOFWEEK({prefix}day)": "int"}  # issue 36
 
 
 _KEYS = ("dept", "region", "smoker", "age > 60", "CASE WHEN stay < 10 THEN 'short' ELSE 'long' END")
@@ -188,7 +192,7 @@ class Output:
 
 FEATURES = ("COUNT(*)", "COUNT(DISTINCT", "SUM", "AVG", "VAR", "STDDEV", "MEDIAN", "QUANTILE_CONT", "QUANTILE_DISC",
             "PERCENTILE_CONT", "MIN", "MAX", "CAST", "//", "* 1.5", "/ COUNT(*)", "SUM(DISTINCT", "AVG(DISTINCT",
-            "FILTER")  # what the summary counts
+            "FILTER", "YEAR(", "MONTH(", "DAYOFWEEK(")  # what the summary counts
 NULL = None
 WITHIN = "within the bounds"
 NAN = "NaN"
