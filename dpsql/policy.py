@@ -200,9 +200,9 @@ class WorkLimits:
     max_joins: int = 3  # tables joined to the first one in one FROM (a per-unit subquery's own FROM included)
     max_joined_rows: int = 1000  # rows of one person after every join (m * k * m2 ...)
     # The most one person's rows may add to a query's work, as a multiple of the fixed work of the smallest query
-    # (person_work.QUERY_FLOOR): 0.5 means that a query takes at most about 1.5 times as long with any one person
+    # (person_work.QUERY_FLOOR): 0.1 means that a query takes at most about 1.1 times as long with any one person
     # as without them.
-    max_person_slowdown: float = 0.5
+    max_person_slowdown: float = 0.1
 
 
 # Long enough for a grouped query over tens of millions of rows on a laptop; short enough that one query cannot

@@ -238,7 +238,7 @@ def test_the_skeleton_tells_bool_from_text_columns(tmp_path: Path) -> None:
 def test_a_command_line_parameter_that_does_not_fit_its_column_is_refused_and_not_charged(visits_policy) -> None:
     sql = "SELECT COUNT(*) FROM visits WHERE age > ?"
     code, out, err = run("query", sql, "--policy", str(visits_policy), "-p", "abc")
-    assert code == 4 and out == "" and "parameter 'abc' is compared with the int column 'age'" in err
+    assert code == 4 and out == "" and "parameter 1 ('abc') is compared with the int column 'age'" in err
     code, out, _ = run("budget", "--policy", str(visits_policy))
     assert "0 queries" in out
     code, out, err = run("query", "SELECT COUNT(*) FROM visits WHERE region = ? AND age > ? LIMIT ?",

@@ -104,7 +104,7 @@ PER_UNIT_REFUSED = [
      "ORDER BY"),
     ("SELECT COUNT(*) FROM (SELECT patient_id, COUNT(*) FROM visits GROUP BY patient_id) p", "named COUNT"),
     ("SELECT COUNT(*) FROM (SELECT patient_id, region AS r FROM visits GROUP BY patient_id) p", "named COUNT"),
-    ("SELECT COUNT(*) FROM (SELECT patient_id, COUNT(DISTINCT region) AS r FROM visits GROUP BY patient_id) p",
+    ("SELECT COUNT(*) FROM (SELECT patient_id, SUM(DISTINCT age) AS r FROM visits GROUP BY patient_id) p",
      "DISTINCT"),
     ("SELECT COUNT(*) FROM (SELECT COUNT(*) AS n FROM visits GROUP BY patient_id) p", "select the unit column"),
     ("SELECT n FROM (SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id) p", "outside an aggregate"),

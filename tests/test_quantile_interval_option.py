@@ -114,7 +114,7 @@ def test_the_cli_measures_a_quantile_interval_when_ci_shows_it(visits_policy: Pa
     assert "no interval (not asked for: the value has the whole budget)" in out
     code, out, err = run("explain", sql, "--policy", str(visits_policy), "--ci")
     assert code == 0, err
-    assert f"with {float(INTERVAL_SHARE):g} of the budget" in out and "no interval" not in out
+    assert f"with {float(INTERVAL_SHARE):g} of its epsilon" in out and "no interval" not in out
     code, out, err = run("query", sql, "--policy", str(visits_policy), "--format", "csv", "--ci")
     assert code == 0, err
     low, value, high = (float(out.splitlines()[1].split(",")[i]) for i in (1, 0, 2))

@@ -188,13 +188,19 @@ def test_quantiles_are_post_processed_like_any_aggregate(tmp_path: Path) -> None
         session.close()
 
 
-def test_under_zcdp_a_share_rho_buys_epsilon_sqrt_2_rho(tmp_path: Path) -> None:
+def test_under_zcdp_a_share_rho_buys_the_epsilon_whose_value_and_interval_cost_rho(tmp_path: Path) -> None:
+    """epsilon-DP implies (epsilon^2 / 2)-zCDP: the value's and the interval's parts together cost the share (10/16
+    of it was spent when the share bought sqrt(2 rho) for both); without an interval the value has sqrt(2 rho)."""
     policy = _table(tmp_path, [(u, "a", u, 1.0) for u in range(10)], m=2, budget={"accounting": "zcdp"})
     session = _session(policy)
     try:
         (measurement,) = session.prepare("SELECT MEDIAN(v) FROM t", epsilon=1).plan.measurements
-        assert measurement.mechanism.epsilon == pytest.approx(math.sqrt(2 * measurement.share))
-        assert measurement.mechanism.epsilon == pytest.approx(1, rel=1e-9)
+        mechanism = measurement.mechanism
+        spent = (float(mechanism.point_epsilon) ** 2 + mechanism.interval_noise.epsilon ** 2) / 2
+        assert spent == pytest.approx(measurement.share, rel=1e-12) and measurement.share == pytest.approx(0.5)
+        (alone,) = session.prepare("SELECT MEDIAN(v) FROM t", epsilon=1, quantile_intervals=False).plan.measurements
+        assert alone.mechanism.epsilon == pytest.approx(math.sqrt(2 * alone.share))
+        assert alone.mechanism.epsilon == pytest.approx(1, rel=1e-9)
     finally:
         session.close()
 

@@ -240,11 +240,12 @@ def test_public_tables_are_refused_on_spark(engines) -> None:
 
 
 def test_a_parquet_source_is_read_by_spark_and_prepared_alike(engines, tmp_path) -> None:
-    """Parquet keeps its own types: a DOUBLE column declared int is rounded half to even, as DuckDB casts it."""
+    """Parquet keeps its own types: a DOUBLE column declared int loads alike on both engines when its values are
+    whole, and fails the load on both, naming the column, when one is not (issue 29: never rounded)."""
     _, _, duck = engines
     path = _policy(tmp_path)
-    halves = "(length_of_stay + 0.5)::DOUBLE AS length_of_stay"
-    duckdb.sql(f"COPY (SELECT * REPLACE ({halves}) FROM '{tmp_path}/visits.csv') "
+    whole = "length_of_stay::DOUBLE AS length_of_stay"
+    duckdb.sql(f"COPY (SELECT * REPLACE ({whole}) FROM '{tmp_path}/visits.csv') "
                f"TO '{tmp_path}/visits.parquet' (FORMAT PARQUET)")
     path.write_text(path.read_text().replace('source = "visits.csv"', 'source = "visits.parquet"'))
     parquet = load_policy(path)
@@ -253,11 +254,17 @@ def test_a_parquet_source_is_read_by_spark_and_prepared_alike(engines, tmp_path)
     sql = (f"SELECT {names.UNIT}, {names.RANK}, length_of_stay, {names.quantized_column('length_of_stay')} "
            f"FROM {names.prepared_table('visits')}")
     try:
-        assert sorted(spark.run(sql)) == sorted(from_parquet.run(sql))
-        assert sorted(spark.run(sql)) != sorted(duck.run(sql))  # the .5s did round (half to even)
+        assert sorted(spark.run(sql)) == sorted(from_parquet.run(sql)) == sorted(duck.run(sql))
     finally:
         spark.close()
         from_parquet.close()
+    halves = "(length_of_stay + 0.5)::DOUBLE AS length_of_stay"
+    duckdb.sql(f"COPY (SELECT * REPLACE ({halves}) FROM '{tmp_path}/visits.csv') "
+               f"TO '{tmp_path}/visits.parquet' (FORMAT PARQUET)")
+    for build in (lambda: SparkEngine(dataclasses.replace(parquet, engine=SPARK), bounding_seed=SEED),
+                  lambda: DuckDBEngine(parquet, bounding_seed=SEED)):
+        with pytest.raises(PolicyError, match="length_of_stay.*not an integer"):
+            build()
 
 
 def test_a_value_not_of_its_declared_type_fails_the_load(tmp_path) -> None:

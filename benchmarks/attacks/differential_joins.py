@@ -320,9 +320,24 @@ def _profiles(session: PrivateSession, prepared: PreparedQuery) -> list[Any]:
     return [json.loads(session.engine.analyzed_plan(sql)) for sql in statements]
 
 
-def _produced(profile: Any) -> int:
+def _produced(profile: Any, scans: bool = True) -> int:
+    """The rows every operator produced; without the scans' (`scans=False`): a scan outputs every row its own
+    filters keep, beyond a person's cap too (the table's size, not the query's work on a person)."""
     return sum(int(node.get("operator_cardinality", node.get("intermediate_rows", 0)))
-               for _, node in _operators(profile))
+               for _, node in _operators(profile) if scans or not _scan(node))
+
+
+def _scan(node: dict) -> bool:
+    return "SCAN" in str(node.get("operator_name", node.get("name", ""))).upper()
+
+
+def beyond_the_scans(session: PrivateSession, prepared: PreparedQuery) -> tuple[int, int]:
+    """(rows the operators above the scans produced, how many such operators), over the bounded query and each
+    quantile's bucket query: each can hold at most the most rows one person has at any stage of the query
+    (analysis/person_work.py's terms) beyond the others' rows."""
+    profiles = _profiles(session, prepared)
+    operators = sum(1 for profile in profiles for _, node in _operators(profile) if not _scan(node))
+    return sum(_produced(profile, scans=False) for profile in profiles), operators
 
 
 def _shape(profile: Any) -> Iterator[tuple[int, str]]:
@@ -443,14 +458,16 @@ def confirmed(worlds: Worlds, summary: JoinSummary, n: int = 5, repeats: int = 1
     return sorted(again, reverse=True)
 
 
-def attack_query(kind: str, joins: int) -> str:
+def attack_query(kind: str, joins: int, costly: bool = True) -> str:
     """Issue 28's shape: a chain of `joins` joins, of the public table on its key ("public") or of f on the unit
-    ("private"), filtered to the target person, with a LIKE over f's text on every joined row."""
+    ("private"), filtered to the target person, with a LIKE over f's text on every joined row (or, not `costly`, a
+    bare COUNT(*), which the per-person work bound admits at a longer chain)."""
     table, key, alias = ("look", "g", "l") if kind == "public" else ("f", "uid", "a")
     chain = " ".join(f"JOIN {table} AS {alias}{i} ON {alias}{i}.{key} = {'f' if i == 0 else f'{alias}{i - 1}'}.{key}"
                      for i in range(joins))
     last = f"{alias}{joins - 1}.{'r' if kind == 'public' else 'g'}"
-    return f"SELECT COUNT(CASE WHEN (f.s || {last}) LIKE '%zz%' THEN 1 END) FROM f {chain} WHERE f.uid = {TARGET}"
+    counted = f"COUNT(CASE WHEN (f.s || {last}) LIKE '%zz%' THEN 1 END)" if costly else "COUNT(*)"
+    return f"SELECT {counted} FROM f {chain} WHERE f.uid = {TARGET}"
 
 
 def longest_attack(session: PrivateSession, kind: str) -> PreparedQuery:

@@ -35,7 +35,9 @@ Run: `python -m benchmarks.attacks.person_timing [--forms NAME ...] [--rounds 48
 FILE]`; `--copies 3` and the other Sizes fields set how far each form multiplies the target's rows. `--reach 1`
 also reports the deepest chain of each kind the checker accepts (prepared only: no charge, nothing read; about
 three minutes), `--python-share 10` where the candidate-groups form's time goes, up to 10 joins, `--worst 10` the
-deepest chains once each under a 10 s time limit. Timing is measured here only, never in a test.
+deepest chains once each under a 10 s time limit. `--bound 1` plays instead each path as large as the per-person
+work bound (dpsql/analysis/person_work.py) admits: its costly part a LIKE with the longest pattern the checker
+accepts. Timing is measured here only, never in a test.
 """
 
 from __future__ import annotations
@@ -223,6 +225,86 @@ def forms(sizes: Sizes = Sizes()) -> list[Form]:
         Form("SELECT DISTINCT keys", "the candidate groups' key released alone (SELECT DISTINCT): the same path",
              f"SELECT DISTINCT {group_key(sizes.group_joins)} AS k {public_chain(sizes.group_joins)} WHERE {{c}}"),
     ]
+
+
+# -- at the bound: each path with its costly part as large as the checker admits -----------------------------------
+
+def fitted(alias: str, length: int, variant: int = 0) -> str:
+    """A LIKE over the text whose pattern has `length` characters: the checker counts it the text's length times
+    that (typecheck.py), and with '_' in it DuckDB backtracks over the pattern at every position of the text."""
+    return f"{alias}.t LIKE '%a_a%{'a' * max(0, length - 6 - variant)}b{'c' * variant}'"
+
+
+def fitted_hit(alias: str, length: int, variant: int = 0) -> str:
+    return f"CASE WHEN {fitted(alias, length, variant)} THEN 1 ELSE 0 END"
+
+
+def at_the_bound(sizes: Sizes = Sizes()) -> list[tuple[Form, Callable[[int], Form]]]:
+    """Each path of issue 28 as the per-person work bound admits it: a form whose costly part is a LIKE of a
+    pattern length `n`, searched (`fit`) for the largest n the checker accepts. After the fix these are what an
+    attacker can still send; the game says whether the clock still tells the target's bit."""
+    def form(name: str, path: str, build: Callable[[int], str], conditions: Conditions = TARGET_FLAGS,
+             engine: dict | None = None, oracle: bool = False) -> tuple[Form, Callable[[int], Form]]:
+        def sized(n: int) -> Form:
+            return Form(name, f"{path} (pattern of {n} characters: the largest admitted)", build(n), conditions,
+                        engine or {}, oracle)
+        return sized(0), sized
+
+    return [
+        form("self-join", f"one self-join on the unit: {M}^2 rows of the target",
+             lambda n: f"SELECT SUM({fitted_hit('p0', n)}) {self_join_chain(2)} WHERE {{c}}", flags("p0")),
+        form("public join", f"one public join on a 2-valued key: {M}*3 rows",
+             lambda n: f"SELECT SUM({fitted_hit('p', n)}) {public_chain(1)} WHERE {{c}}"),
+        form("public chain", f"two public joins: {M}*9 rows",
+             lambda n: f"SELECT SUM({fitted_hit('p', n)}) {public_chain(2)} WHERE {{c}}"),
+        form("per-unit subquery", "a per-unit subquery over a self-join, costly inner SUM",
+             lambda n: f"SELECT COUNT(*), SUM(h) FROM (SELECT p0.pid, SUM({fitted_hit('p0', n)}) AS h "
+                       f"{self_join_chain(2)} WHERE {{c}} GROUP BY p0.pid) AS u", flags("p0")),
+        form("IN semi-join", "pid IN (SELECT ... WHERE secret AND costly)",
+             lambda n: "SELECT COUNT(*) FROM people p WHERE p.pid IN (SELECT v.pid FROM visits v WHERE CASE WHEN "
+                       f"{{c}} THEN {fitted('v', n)} ELSE false END)", flags("v")),
+        form("quantile buckets", "two quantiles of costly arguments: a bucket query each",
+             lambda n: "SELECT " + ", ".join(f"QUANTILE_CONT(CASE WHEN {fitted('p', n, i)} THEN p.x ELSE 0 END, "
+                                             f"0.{3 + 4 * i})" for i in range(2)) + " FROM people p WHERE {c}"),
+        form("COUNT(DISTINCT)", "COUNT(DISTINCT) of a costly expression",
+             lambda n: f"SELECT COUNT(DISTINCT CASE WHEN {fitted('p', n)} THEN p.x END) FROM people p WHERE {{c}}"),
+        form("filtered cap, heavy person", f"a costly filter on a person with {HEAVY} rows: the look-ahead",
+             lambda n: f"SELECT COUNT(*) FROM diary d WHERE CASE WHEN {{c}} THEN {fitted('d', n)} ELSE false END",
+             flags("d")),
+        form("single table, m rows", f"a costly filter on the target's {M} rows",
+             lambda n: f"SELECT COUNT(*) FROM people p WHERE CASE WHEN {{c}} THEN {fitted('p', n)} ELSE false END"),
+        form("many aggregates", "eight costly aggregates",
+             lambda n: "SELECT " + ", ".join(f"SUM({fitted_hit('p', n, i)})" for i in range(8))
+                       + " FROM people p WHERE {c}"),
+        form("skewed public key", f"the target's own key picks a fan-out of {SKEW} or 1",
+             lambda n: f"SELECT SUM({fitted_hit('p', n)}) FROM people p JOIN skew w ON w.g = p.g WHERE {{c}}",
+             Conditions(f"p.pid = {TARGET}", f"p.pid = {KNOWN_KEY[1]}", f"p.pid = {KNOWN_KEY[0]}")),
+        form("rows beyond the cap", f"the target has {HEAVY} rows of `log` (secret 1) or {M}",
+             lambda n: f"SELECT COUNT(*) FROM log l WHERE CASE WHEN {{c}} THEN {fitted('l', n)} ELSE false END",
+             Conditions(f"l.pid = {TARGET}", f"l.pid = {KNOWN_KEY[1]}", f"l.pid = {KNOWN_KEY[0]}")),
+        form("candidate groups", "GROUP BY a key each joined row of the target makes distinct (one public join)",
+             lambda n: f"SELECT COUNT(*), SUM({fitted_hit('p', n)}) {public_chain(1)} WHERE {{c}} "
+                       f"GROUP BY {group_key(1)}"),
+        form("error oracle", f"the self-join at the bound under a {sizes.time_limit / 10:g} s time limit",
+             lambda n: f"SELECT SUM({fitted_hit('p0', n)}) {self_join_chain(2)} WHERE {{c}}", flags("p0"),
+             {"time_limit_seconds": sizes.time_limit / 10}, True),
+    ]
+
+
+def fit(worlds: Worlds, seed: int, epsilon: float, sized: Callable[[int], Form]) -> Form:
+    """The form with the longest pattern the checker admits (prepare only: no charge), or its smallest (refused)."""
+    with sessions(worlds, seed, sized(6).engine) as (session, _):
+        def accepts(n: int) -> str | None:
+            form = sized(n)
+            try:
+                for condition in (form.conditions.secret, form.conditions.true, form.conditions.false):
+                    session.prepare(form.sql.format(c=condition), epsilon=epsilon)
+            except (QueryRejected, ProgrammingError) as refused:
+                return str(refused)
+            return None
+
+        n, _ = deepest(lambda k: accepts(k + 6), 2000)
+    return sized(n + 6)
 
 
 # -- the worlds ----------------------------------------------------------------------------------------------------
@@ -500,7 +582,7 @@ def worst(worlds: Worlds, seed: int, epsilon: float, limit: float) -> list[str]:
 def main() -> None:
     sized = {field.name: field.default for field in dataclasses.fields(Sizes)}
     args = options(__doc__, people=200, rounds=48, seed=28, epsilon=1e-6, forms=["all"], reach=0,
-                   python_share=0, worst=0.0, markdown="", **sized)
+                   python_share=0, worst=0.0, markdown="", bound=0, **sized)
     sizes = Sizes(**{name: getattr(args, name) for name in sized})
     chosen = [form for form in forms(sizes) if "all" in args.forms or form.name in args.forms]
     lines: list[str] = []
@@ -523,6 +605,9 @@ def main() -> None:
             say("", f"the deepest chains, once in each world, time limit {args.worst:g} s:",
                 *worst(worlds, args.seed, args.epsilon, args.worst))
         say("")
+        if args.bound:  # the paths as large as the per-person work bound admits, instead of the issue's forms
+            chosen = [fit(worlds, args.seed, args.epsilon, sized) for first, sized in at_the_bound(sizes)
+                      if "all" in args.forms or first.name in args.forms]
         reports = []
         for form in chosen:
             reports.append(play(form, worlds, args.rounds, args.epsilon, args.seed))

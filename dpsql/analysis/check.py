@@ -185,23 +185,21 @@ def _person_work(table: TablePolicy, relation: Relation | None, where: exp.Where
                  whole_units: bool) -> person_work.PersonWork:
     """The most work one person's rows can cause (person_work.py): refused over the policy's bound."""
     m = table.bound.max_rows
-    # The candidate groups one person can add: none when every key has public values (every declared group is
-    # noised whatever the data: release/cells.py), else at most one per row of theirs.
-    public = all(k.domain is not None for k in keys)
-    groups = min(m, table.bound.max_groups or m) if keys and not public else 0
+    # The candidate groups one person can add, which partition selection goes through (public keys: none).
+    selected = any(key.domain is None for key in keys)
+    groups = min(m, table.bound.max_groups or m) if selected else 0
     expressions = [(k.text, k.cost) for k in keys] + [(a.text, a.cost) for a in aggregates if a.cost]
     # One bucket query per quantile argument reads the bounded rows again (rewrite/quantile_buckets.py).
     passes = 1 + len({a.argument for a in aggregates if a.fraction is not None})
-    draws = 1 + 3 * len(aggregates)  # a group's noise: at most three measurements per aggregate, and its selection
     inherited = relation.work if relation is not None else ()
     filter_text = f"WHERE {readable(where.this)}" if where is not None else ""
     if where is None or relation is not None or whole_units or table.row_privacy:
         # Every filter evaluation is on a row within the cap: m rows of one person (the joined rows of a relation).
         terms = [*inherited, *person_work.stage_terms(m, where_cost, filter_text, expressions)]
-        return person_work.bound(terms, passes, policy.limits, groups, draws)
+        return person_work.bound(terms, passes, policy.limits, groups)
     # The filtered cap looks past the first m rows for ones that pass: as far as the bound allows.
     terms = [*inherited, *person_work.stage_terms(m, None, filter_text, expressions)]
-    return person_work.with_lookahead(terms, passes, policy.limits, filter_text, where_cost, m, groups, draws)
+    return person_work.with_lookahead(terms, passes, policy.limits, filter_text, where_cost, m, groups)
 
 
 def _distinct_as_groups(tree: exp.Select) -> exp.Select:

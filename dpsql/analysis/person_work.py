@@ -14,12 +14,13 @@ whatever the data):
 - rows: one person has at most m_i rows of a private table that any analyst code sees (the rewrite evaluates a
   filter only on rows ranked within the cap: rewrite/bounding.py), at most m = prod(m_i) * prod(k_j) joined rows
   after the joins (relation.py), one row after a per-unit subquery; a single table's filtered cap reads at most
-  `examined` rows of each person, and each row's values meet the filter at most FILTER_RUNS times;
+  `examined` rows of each person and runs the filter `filter_runs` times on them;
 - every stage a row passes through (scan, filter, projection, aggregate) costs ROW units, every row a join outputs
   JOIN units; an analyst expression costs its typecheck cost on every row it may see (the WHERE on the rows it
   filters, keys and aggregate arguments on the kept rows; COUNT(DISTINCT) also hashes its value);
 - each quantile argument reads the bounded rows again (its bucket query): all of the above runs once per pass;
-- Python's release draws noise for each candidate group, and one person adds at most m candidate groups.
+- Python's partition selection draws one noise for each candidate group, and one person adds at most m of them
+  (with public keys the groups are the declared ones, whatever the data).
 The total is compared with the policy's bound, `max_person_slowdown` times QUERY_FLOOR: the work every query costs
 whatever the data. A query is never cheaper than that, so with any one person it takes at most about
 (1 + max_person_slowdown) times as long as without them. The filtered cap's look-ahead is what is left of the bound.
@@ -39,7 +40,8 @@ QUERY_FLOOR = 500_000
 ROW = 4  # one row through one stage of the bounded query (measured: 2-8 ns per row and stage)
 JOIN = 8  # one row a join outputs (measured: 7-9 ns per joined row)
 DRAW = 2_500  # one noise draw in Python (measured: about 5 us)
-FILTER_RUNS = 7  # the filtered cap meets a row's values at most this often (rewrite/bounding.cap_rows)
+CANDIDATE = DRAW + 500  # a candidate group in Python: its selection count's noise, and its cells
+LISTED = 4  # rewrite/bounding.LISTED_DEPTH: the later rows whose earlier rows' values are listed beside them
 MAX_EXAMINED = 1_000_000  # the filtered cap's look-ahead never exceeds this many rows per person
 
 
@@ -100,27 +102,46 @@ def stage_terms(rows: int, filter_cost: int | None, filter_text: str, expression
     return terms
 
 
-def bound(terms: Sequence[WorkTerm], passes: int, limits: WorkLimits, groups: int = 0,
-          draws_per_group: int = 0) -> PersonWork:
-    """The person's work, refused when over the policy's bound. `groups`: candidate groups one person can add to
-    what Python releases, each costing `draws_per_group` noise draws."""
-    release = (WorkTerm("drawing the noise of the groups one person adds", groups, draws_per_group * DRAW),) \
-        if groups else ()
+def bound(terms: Sequence[WorkTerm], passes: int, limits: WorkLimits, groups: int = 0) -> PersonWork:
+    """The person's work, refused when over the policy's bound. `groups`: the candidate groups one person can add
+    to what Python's partition selection handles (each one noise draw: release/cells.py)."""
+    release = (WorkTerm("selecting the groups one person adds", groups, CANDIDATE),) if groups else ()
     work = PersonWork(tuple(terms), passes, limit_of(limits), release=release)
     _refuse_over(work, limits)
     return work
 
 
+def filter_runs(examined: int, m: int) -> int:
+    """How often the filtered cap (rewrite/bounding.cap_rows) runs the filter on one person's rows when it reads
+    `examined` of them: once on each of the first m; past them, on each of the LISTED later rows and on the values
+    of every row listed before it; past those, once more on each row read and on the first m (the window's part)."""
+    runs = m
+    if examined > m:
+        runs += sum(range(m + 1, m + LISTED + 1))
+    if examined > m + LISTED:
+        runs += examined + m
+    return runs
+
+
 def with_lookahead(terms: Sequence[WorkTerm], passes: int, limits: WorkLimits, filter_text: str, filter_cost: int,
-                   first: int, groups: int = 0, draws_per_group: int = 0) -> PersonWork:
+                   m: int, groups: int = 0) -> PersonWork:
     """A single table's filtered cap: the rows it reads of one person (its look-ahead) are as many as the bound
-    leaves room for, at least `first` (the cap itself: m rows); each meets the filter FILTER_RUNS times."""
-    fixed = bound(terms, passes, limits, groups, draws_per_group)
-    per_row = FILTER_RUNS * filter_cost + 2 * ROW  # the filter's runs, and the window that ranks the passing rows
+    leaves room for, at least m (then it is the cap before the filter, each row filtered once)."""
+    fixed = bound(terms, passes, limits, groups)
     room = (fixed.limit - fixed.total) // passes
-    examined = min(MAX_EXAMINED, max(first, room // per_row))
-    work = PersonWork((*fixed.terms, WorkTerm(filter_text, examined, per_row)), passes, fixed.limit, examined,
-                      fixed.release)
+
+    def cost(examined: int) -> int:  # the filter's runs, and the window that ranks the rows past the lists
+        return filter_runs(examined, m) * filter_cost + (2 * ROW * examined if examined > m + LISTED else 0)
+
+    examined = m
+    if cost(m + LISTED + 1) <= room:
+        per_row = filter_cost + 2 * ROW
+        examined = min(MAX_EXAMINED, m + LISTED + 1 + (room - cost(m + LISTED + 1)) // per_row)
+    elif cost(m + LISTED) <= room:
+        examined = m + LISTED
+    runs = filter_runs(examined, m)
+    work = PersonWork((*fixed.terms, WorkTerm(filter_text, runs, cost(examined) // runs)), passes, fixed.limit,
+                      examined, fixed.release)
     _refuse_over(work, limits)
     return work
 
@@ -140,5 +161,5 @@ def _refuse_over(work: PersonWork, limits: WorkLimits) -> None:
         "functions)")
 
 
-__all__ = ["FILTER_RUNS", "QUERY_FLOOR", "PersonWork", "WorkTerm", "bound", "join_terms", "limit_of",
+__all__ = ["QUERY_FLOOR", "PersonWork", "WorkTerm", "bound", "join_terms", "limit_of",
            "stage_terms", "with_lookahead"]

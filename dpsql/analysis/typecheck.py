@@ -36,6 +36,7 @@ from sqlglot import exp
 from dpsql.analysis.vetting import describe
 from dpsql.errors import QueryRejected
 from dpsql.policy import MAX_TEXT_LENGTH, ColumnPolicy, ColumnType
+from dpsql.sql import temporal
 
 # MAX_TEXT_LENGTH (policy.py) also bounds every text value an expression computes.
 # Units of work one row may cost: about one per character touched, measured at about 2 ns each (LIKE on text of
@@ -576,16 +577,26 @@ class TypeChecker:
             parts = [replace(p, kind=target, node=_cast(p.node, name), length=0,
                              **({"lo": INTEGER_TYPES[name][0], "hi": INTEGER_TYPES[name][1], "integer": name}
                                 if target is Kind.INT else {}))
+                     if p.text_literal and not _timed_text(p, target) else
+                     replace(p, kind=Kind.TIMESTAMP, node=_cast(p.node, "TIMESTAMP"), length=0)
                      if p.text_literal else p for p in parts]
-            kinds = {target}
+            kinds = {p.kind for p in parts} - {Kind.NULL}
         if len(kinds) <= 1:
             return parts
         if kinds == {Kind.DATE, Kind.TIMESTAMP} and all(_constant(p.node) for p in parts if p.kind is Kind.DATE):
             # A constant date beside a timestamp (ts > DATE '2020-01-01') becomes a timestamp, checked from the
-            # text; a date column would not (DuckDB fails to widen the extreme dates), so that stays refused.
+            # text; a date column would not (DuckDB fails to widen the extreme dates), so that stays refused...
             parts = [replace(p, kind=Kind.TIMESTAMP, node=_cast(p.node, "TIMESTAMP")) if p.kind is Kind.DATE else p
                      for p in parts]
             return parts
+        if kinds == {Kind.DATE, Kind.TIMESTAMP} and what in _ORDERING and all(
+                _written_timestamp(p.node) for p in parts if p.kind is Kind.TIMESTAMP):
+            # ...unless it is compared with timestamps written in the query (a bound datetime, a driver's
+            # '...'::timestamp): then, as DuckDB compares them, the date is a timestamp at midnight. Such a timestamp
+            # lies in the years 1-9999, so a date beyond them compares with it as the day just past them does: the
+            # date is clamped to those days first, and every date widens without fail.
+            return [replace(p, kind=Kind.TIMESTAMP, node=_widened_date(p.node), cost=_guarded_cost(p))
+                    if p.kind is Kind.DATE else p for p in parts]
         if Kind.BOOL in kinds and kinds - {Kind.BOOL} <= set(NUMERIC):
             # DuckDB compares a boolean with a number as the integer 0 or 1 (2 = TRUE is false): say so.
             parts = [_int(_cast(p.node, "INTEGER"), 0, 1, "INTEGER", p.cost + 1) if p.kind is Kind.BOOL else p
@@ -650,6 +661,30 @@ def _date_guarded(call: Callable[[exp.Expression], exp.Expression], value: Typed
     clamped = exp.Least(this=exp.Greatest(this=value.node.copy(), expressions=[low], ignore_nulls=True),
                         expressions=[high], ignore_nulls=True)
     return exp.Case(ifs=[exp.If(this=inside, true=call(clamped))])
+
+
+_ORDERING = ("comparison", "BETWEEN in", "IN in")  # join()'s callers whose result is a truth value, not a value
+_BEYOND_WRITTEN = ("0001-12-31 (BC)", "10000-01-01")  # the days just outside the years a written timestamp has
+
+
+def _timed_text(part: Typed, target: Kind) -> bool:
+    """A text literal beside a date that spells a time of day other than midnight: read as the date, DuckDB would
+    cut the time away; it is read as the timestamp it is, and compared as one (see join)."""
+    written = temporal.written(part.node) if target is Kind.DATE else None
+    return written is not None and written.timed and not written.at_midnight
+
+
+def _written_timestamp(node: exp.Expression) -> bool:
+    """A timestamp literal, CAST('...' AS TIMESTAMP), whose text is a date and time (sql/temporal.py): in the
+    years 1-9999."""
+    return isinstance(node, exp.Cast) and temporal.written(node.this) is not None
+
+
+def _widened_date(node: exp.Expression) -> exp.Expression:
+    """A date as a timestamp at midnight, clamped to the days just outside the years 1-9999 (NULL stays NULL)."""
+    low, high = (_cast(exp.Literal.string(day), "DATE") for day in _BEYOND_WRITTEN)
+    clamped = exp.Case().when(node < low, low).when(node.copy() > high, high).else_(node.copy())
+    return _cast(clamped, "TIMESTAMP")
 
 
 def _constant(node: exp.Expression) -> bool:

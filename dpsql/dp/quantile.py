@@ -247,7 +247,7 @@ def describe(grid: Grid, score: QuantileScore, epsilon: Fraction, interval_share
             f"{float(grid.width):g}; rank error at most {tail:.1f} rows beyond the best candidate's with 95% "
             f"probability (epsilon {float(epsilon):.4g}); "
             + (f"the 95% interval from noisy counts of the rows around the chosen value, with "
-               f"{float(interval_share):g} of the budget" if interval_share else
+               f"{float(interval_share):g} of its epsilon" if interval_share else
                "no interval (not asked for: the value has the whole budget)"))
 
 
@@ -258,6 +258,12 @@ class QuantileRelease:
     value: float
     low: float
     high: float
+
+
+def zcdp_epsilon(rho: float, interval_share: Fraction) -> float:
+    """The epsilon a quantile's zCDP share rho buys: its value (1 - s of it) and interval (s) are pure DP, and
+    epsilon-DP implies (epsilon^2 / 2)-zCDP, so together they cost ((1 - s)^2 + s^2) epsilon^2 / 2 = rho."""
+    return math.sqrt(2 * rho / float((1 - interval_share) ** 2 + interval_share**2))
 
 
 @dataclass(frozen=True)

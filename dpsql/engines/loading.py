@@ -9,9 +9,10 @@ import duckdb
 from sqlglot import exp
 
 from dpsql.engines.csv_shape import csv_problem
+from dpsql.engines.exact_values import inexact
 from dpsql.engines.progress import SILENT, Percent, Progress
 from dpsql.errors import PolicyError, first_line
-from dpsql.policy import TablePolicy
+from dpsql.policy import ColumnType, TablePolicy
 from dpsql.rewrite.bounding import cleaned_rows, later_rows, prepared_rows, varying_units
 from dpsql.sql import names
 from dpsql.sql.names import TWIN_SCHEMA, later_rows_table, prepared_table
@@ -36,6 +37,7 @@ class TableLoader:
             self._fail_shape(table)  # DuckDB read a malformed file as other columns: say where it is malformed
             self._fail(table, f"columns.{missing[0]}", f"the source has no column '{missing[0]}' (it has: "
                                                        f"{', '.join(sorted(found))})")
+        self._check_exact(table, found)
         # A public table is kept as it is (typed and cleaned): its rows are read as they are, and joined.
         source = self._source(table)
         rows = cleaned_rows(table, source) if table.public else prepared_rows(table, source, salt, self.portable)
@@ -70,19 +72,70 @@ class TableLoader:
         if table.source.kind == "duckdb":  # the copy is made: the steward's database file is not needed any more
             self.con.execute(f"DETACH {names.attached_source(table.name)}")
 
-    def _source(self, table: TablePolicy, typed: bool = True) -> exp.Expression:
+    def _check_exact(self, table: TablePolicy, found: dict[str, str]) -> None:
+        """Fail on the first value that the load's cast would read as another value of its declared type (1.5 in an
+        int column, a time of day in a date column: engines/exact_values.py), naming its column and row. One
+        aggregate query over the source, and none when no column's source type can hold such a value."""
+        conditions = {name: inexact(_quoted(name), found[name], column.type) for name, column in table.columns.items()}
+        conditions = {name: condition for name, condition in conditions.items() if condition is not None}
+        if not conditions:
+            return
+        try:
+            rows, row = self._numbered(table)
+            firsts = self.con.execute(exp.select(*[exp.Filter(this=exp.Min(this=row.copy()), expression=exp.Where(
+                this=condition)) for condition in conditions.values()]).from_(rows).sql(DIALECT)).fetchone()
+        except duckdb.Error:  # never shown: DuckDB's message may quote a row
+            self._fail_shape(table)
+            self._fail(table, "source", f"cannot read {table.source.pattern!r} to the end (a damaged or truncated "
+                                        "file?)")
+        failing = [(first, name) for first, name in zip(firsts, conditions, strict=True) if first is not None]
+        if failing:
+            first, name = min(failing)  # the earliest row (then the first declared column)
+            problem = ("a time of day, which its date would lose: correct the file or declare the column timestamp"
+                       if table.columns[name].type is ColumnType.DATE else
+                       "a number that is not an integer, which would be rounded: correct the file or declare the "
+                       "column float")
+            self._fail(table, f"columns.{name}", f"{self._place(table, first)} holds {problem}")
+
+    def _numbered(self, table: TablePolicy, files: bool = False) -> tuple[exp.Expression, exp.Expression]:
+        """The source read untyped with each row's number (from 1, in file order; without a CSV's header), and the
+        expression of that number: a table function's ordinality, a DuckDB table's rowid + 1. `files`: the file
+        each row comes from too, as the column names.SOURCE_FILE."""
+        source = self._source(table, typed=False, files=files)
+        if table.source.kind == "duckdb":
+            return source, exp.Add(this=exp.column("rowid"), expression=exp.Literal.number(1))
+        source.set("ordinality", True)
+        # DuckDB names the number `ordinality`, or another name when the file has a column so named: the last one.
+        described = self.con.execute(f"DESCRIBE {exp.select('*').from_(source).sql(DIALECT)}").fetchall()
+        return source, exp.column(exp.to_identifier(described[-1][0], quoted=True))
+
+    def _place(self, table: TablePolicy, row: int) -> str:
+        """Where a source row is, for a steward to find it: `row N of 'file'`, numbered within its file."""
+        if table.source.kind == "duckdb":
+            return f"row {row} of table '{table.source.table}'"
+        rows, number = self._numbered(table, files=True)
+        file = exp.column(names.SOURCE_FILE)
+        found = self.con.execute(exp.select(file).from_(rows).where(number.eq(row)).sql(DIALECT)).fetchone()[0]
+        start = self.con.execute(exp.select(exp.Min(this=number.copy())).from_(rows.copy()).where(
+            file.copy().eq(exp.Literal.string(found))).sql(DIALECT)).fetchone()[0]
+        header = " after the header" if table.source.kind == "csv" else ""
+        return f"row {row - start + 1} of '{found}' (counted from 1{header})"
+
+    def _source(self, table: TablePolicy, typed: bool = True, files: bool = False) -> exp.Expression:
         """The table's source as DuckDB reads it: CSV with the declared types (or every column as text, to find its
-        columns and diagnose a type), Parquet, or the table of an attached DuckDB file."""
+        columns and diagnose a type), Parquet, or the table of an attached DuckDB file. `files`: with the file of
+        each row (CSV and Parquet), as the column names.SOURCE_FILE."""
         path = exp.Literal.string(table.source.pattern)
+        options = [_named("filename", exp.Literal.string(names.SOURCE_FILE))] if files else []
         if table.source.kind == "csv":
             types = exp.Struct(expressions=[exp.PropertyEQ(this=exp.Literal.string(name),
                                                            expression=exp.Literal.string(column.type.duckdb))
                                             for name, column in table.columns.items()])
             option = _named("types", types) if typed else _named("all_varchar", exp.true())
             return exp.Table(this=exp.Anonymous(this="read_csv", expressions=[path, _named("header", exp.true()),
-                                                                             option]))
+                                                                             option, *options]))
         if table.source.kind == "parquet":
-            return exp.Table(this=exp.Anonymous(this="read_parquet", expressions=[path]))
+            return exp.Table(this=exp.Anonymous(this="read_parquet", expressions=[path, *options]))
         alias = names.attached_source(table.name)
         attached = {row[0] for row in self.con.execute("SELECT database_name FROM duckdb_databases()").fetchall()}
         if alias not in attached:
@@ -112,19 +165,21 @@ class TableLoader:
                 self._fail(table, "source", problem)
 
     def _column_hint(self, table: TablePolicy) -> str:
-        """Name the first declared column whose values do not all read as its declared type.
+        """Name the first declared column whose values do not all read as its declared type, and the first such row.
 
-        This message goes to whoever loads the policy and depends on the data; it names a column, never a value
-        or a row, and it is the same for every query, so it cannot be used to probe individual rows.
+        This message goes to whoever loads the policy and depends on the data; it names a column and a row, never a
+        value, and it is the same for every query, so it cannot be used to probe individual rows.
         """
-        source = self._source(table, typed=False)
+        rows, row = self._numbered(table)
         for name, column in table.columns.items():
-            raw = exp.column(exp.to_identifier(name, quoted=True))
+            raw = _quoted(name)
             declared = exp.TryCast(this=raw.copy(), to=exp.DataType.build(column.type.duckdb, dialect=DIALECT))
             unreadable = exp.and_(raw.is_(exp.null()).not_(), declared.is_(exp.null()))
-            count = exp.select(exp.Count(this=exp.Star())).from_(source).where(unreadable)
-            if self.con.execute(count.sql(DIALECT)).fetchone()[0]:
-                return f"column '{name}' has values that are not {column.type.value}"
+            first = self.con.execute(exp.select(exp.Min(this=row.copy())).from_(rows.copy()).where(unreadable)
+                                     .sql(DIALECT)).fetchone()[0]
+            if first is not None:
+                return (f"column '{name}' has values that are not {column.type.value} (or out of its range), the "
+                        f"first in {self._place(table, first)}")
         return "the source could not be read"
 
 
@@ -133,6 +188,10 @@ def portable_ranks(bounding_seed: int | None) -> bool:
     DuckDB and Spark engines rank alike and release identical answers for the same seeds. With a secret salt DuckDB
     keeps its own hash(), 2.2-2.8x cheaper to load (10M rows: 2.5-3.3 s against 7.1 s, FINDINGS.md)."""
     return bounding_seed is not None
+
+
+def _quoted(name: str) -> exp.Column:
+    return exp.column(exp.to_identifier(name, quoted=True))
 
 
 def _named(name: str, value: exp.Expression) -> exp.Expression:

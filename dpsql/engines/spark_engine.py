@@ -196,6 +196,8 @@ class SparkEngine(Engine):
         if missing:
             self._fail(table, f"columns.{missing[0]}", f"the source has no column '{missing[0]}'")
         raw.createOrReplaceTempView(f"{raw_view}_file")
+        if kind == "parquet":
+            self._refuse_fractions(table, f"{raw_view}_file", found)
         if kind == "csv":
             types = {name: _SPARK_TYPES[column.type] for name, column in table.columns.items()}
         else:
@@ -211,6 +213,20 @@ class SparkEngine(Engine):
                 self._fail(table, f"columns.{name}", f"the source's type {kind_name} is not supported on Spark")
             duckdb_types[name] = duckdb_type
         return duckdb_types
+
+    def _refuse_fractions(self, table: TablePolicy, view: str, found: dict[str, str]) -> None:
+        """A Parquet float or decimal column declared int loads only when every value is whole (as on DuckDB:
+        engines/exact_values.py): Spark's cast would round 2.5 to 2. Names the column, never a value."""
+        for name, column in table.columns.items():
+            source = found[name].lower()
+            if column.type is not ColumnType.INT or not source.startswith(("double", "float", "decimal")):
+                continue
+            value = _quoted(name).sql("spark")
+            check = (f"SELECT COUNT(*) FROM {view} WHERE {value} IS NOT NULL AND (isnan({value}) OR "
+                     f"abs({value}) = double('Infinity') OR {value} <> floor({value}))")
+            if self._spark.sql(check).collect()[0][0]:
+                self._fail(table, f"columns.{name}", "holds a number that is not an integer, which would be "
+                                                     "rounded: correct the file or declare the column float")
 
     def _fail(self, table: TablePolicy, key: str, problem: str) -> None:
         raise PolicyError(f"policy {self._policy_name}: table '{table.name}', key '{key}': {problem}")

@@ -42,7 +42,9 @@ from dpsql.sql.parse import DIALECT
 
 # 2: a float's sign bit joins the row hash; a store built with a fixed seed ranks by the portable key.
 # 3: the prepared tables have the known flags and the varies mask, rows of units over the bound last (bounding.py).
-STORE_FORMAT = 3
+# 4: a value not exactly of its declared type (1.5 in an int column) fails the load: an older store may hold it
+#    rounded (engines/exact_values.py).
+STORE_FORMAT = 4
 _IDENTITY_TABLE = "__dp_store_identity"
 
 

@@ -7,6 +7,8 @@ import math
 from sqlglot import exp
 
 from dpsql.analysis.person_work import PersonWork
+from dpsql.dp.quantile import zcdp_epsilon
+from dpsql.dp.quantile_interval import INTERVAL_SHARE
 from dpsql.planning.aggregates import LEVEL, aggregate
 from dpsql.planning.aggregates.base import number
 from dpsql.planning.contribution import contribution
@@ -107,6 +109,9 @@ def _cost(query_plan: QueryPlan) -> str:
     return text + f"; mechanism {query_plan.budget.mechanism.value}"
 
 
+_QUANTILE_FACTOR = zcdp_epsilon(1, INTERVAL_SHARE) ** 2  # a quantile with its interval: epsilon^2 per unit of rho
+
+
 def _zcdp_guarantee(query_plan: QueryPlan) -> list[str]:
     """Under zCDP accounting the epsilon shown is nominal (sqrt(2 rho)): say what is charged, and what holds for
     this query alone."""
@@ -122,8 +127,10 @@ def _zcdp_guarantee(query_plan: QueryPlan) -> list[str]:
     epsilons = list({m.spec.budget_item: float(m.mechanism.epsilon) for m in query_plan.measurements
                      if m.sensitivity}.values())
     lines.append(f"On its own: epsilon {number(sum(epsilons))} pure DP{selection}: the sum over its {len(epsilons)} "
-                 "Laplace measurement(s) of sqrt(2 rho_j), more than sqrt(2 rho) when there are several (measurements "
-                 "that share a share, disjoint counts or a pair's sums, are one here).")
+                 f"Laplace measurement(s) of sqrt(2 rho_j) (a quantile with its interval: sqrt({_QUANTILE_FACTOR:g} "
+                 "rho_j), its value's and interval's parts costing rho_j together), more than sqrt(2 rho) when there "
+                 "are several "
+                 "(measurements that share a share, disjoint counts or a pair's sums, are one here).")
     return lines
 
 

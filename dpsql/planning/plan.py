@@ -23,7 +23,7 @@ from dpsql.analysis.check import COUNT, AggregateCall, CheckedQuery
 from dpsql.dp.allocation import objective, split
 from dpsql.dp.fixedpoint import fixed_point
 from dpsql.dp.mechanisms import GaussianMechanism, LaplaceMechanism, Mechanism, smallest
-from dpsql.dp.quantile import QuantileMechanism
+from dpsql.dp.quantile import QuantileMechanism, zcdp_epsilon
 from dpsql.dp.quantile_interval import INTERVAL_SHARE
 from dpsql.errors import QueryRejected
 from dpsql.planning.aggregates import aggregate
@@ -174,11 +174,11 @@ def _candidate(measures: Measures, recipes: tuple[OutputRecipe, ...], unit: Cont
 def _mechanism(budget: Budget, spec: MeasurementSpec, sensitivity: int, squared: int, share: float,
                max_rows: int) -> Mechanism | QuantileMechanism:
     if spec.kind is MeasurementKind.QUANTILE:
-        # The exponential mechanism is pure DP whatever the policy's noise: under zCDP a share rho buys
-        # epsilon = sqrt(2 rho), as epsilon-DP implies (epsilon^2 / 2)-zCDP.
-        epsilon = math.sqrt(2 * share) if budget.accounting is Accounting.ZCDP else share
-        return QuantileMechanism(spec.grid, spec.fraction, max_rows, epsilon,
-                                 INTERVAL_SHARE if budget.quantile_intervals else Fraction(0))
+        interval = INTERVAL_SHARE if budget.quantile_intervals else Fraction(0)
+        # The exponential mechanism is pure DP whatever the policy's noise, and so are the interval's counts: under
+        # zCDP the share buys the epsilon whose two parts cost rho together (sqrt(2 rho) for both spent only 10/16).
+        epsilon = zcdp_epsilon(share, interval) if budget.accounting is Accounting.ZCDP else share
+        return QuantileMechanism(spec.grid, spec.fraction, max_rows, epsilon, interval)
     if budget.mechanism is MechanismKind.GAUSSIAN:
         return GaussianMechanism(sensitivity, share, squared)
     epsilon = math.sqrt(2 * share) if budget.accounting is Accounting.ZCDP else share

@@ -45,10 +45,18 @@ def release(plan: QueryPlan, rows: Sequence[tuple[Any, ...]], rng: RandomSource)
     -0.0 and 0.0, mixed types included: a stable sort keeps the engine's order between ties.)
     """
     keys, exact = _cells(plan, rows)
-    noisy = _add_noise(plan.measurements, exact, rng)
-    if plan.selection is not None and keys:
-        kept = [i for i, count in enumerate(noisy[:, plan.selection.measurement]) if count >= plan.selection.threshold]
+    noisy = exact.copy()
+    selected = plan.selection.measurement if plan.selection is not None and keys else None
+    if selected is not None:
+        # Partition selection first, from its own count's noise: the groups it drops get no other noise. A group
+        # one person adds (at most m) then costs one draw here, not one per measurement (the other draws are
+        # independent of the selection, so drawing them only for the groups released changes no law).
+        _add_noise(plan.measurements[selected], exact, noisy, selected, rng)
+        kept = [i for i, count in enumerate(noisy[:, selected]) if count >= plan.selection.threshold]
         keys, exact, noisy = [keys[i] for i in kept], exact[kept], noisy[kept]
+    for j, measurement in enumerate(plan.measurements):
+        if j != selected:
+            _add_noise(measurement, exact, noisy, j, rng)
     if plan.domains is None:
         order = uniform_permutation(len(keys), rng)
         keys, exact, noisy = [keys[i] for i in order], exact[order], noisy[order]
@@ -153,14 +161,13 @@ def _canonical(value: Any) -> Any:
     return value
 
 
-def _add_noise(measurements: Sequence[Measurement], exact: np.ndarray, rng: RandomSource) -> np.ndarray:
-    """Every additive measurement plus its noise; a quantile's cells are left to _choose_candidates."""
-    noisy = exact.copy()
-    for j, measurement in enumerate(measurements):
-        if measurement.spec.kind is not MeasurementKind.QUANTILE:
-            for cell in range(exact.shape[0]):
-                noisy[cell, j] = exact[cell, j] + measurement.mechanism.sample(rng)
-    return noisy
+def _add_noise(measurement: Measurement, exact: np.ndarray, noisy: np.ndarray, column: int,
+               rng: RandomSource) -> None:
+    """Into `noisy`'s column, an additive measurement's exact values plus its noise; a quantile's cells are left to
+    _choose_candidates."""
+    if measurement.spec.kind is not MeasurementKind.QUANTILE:
+        for cell in range(exact.shape[0]):
+            noisy[cell, column] = exact[cell, column] + measurement.mechanism.sample(rng)
 
 
 def _choose_candidates(measurements: Sequence[Measurement], exact: np.ndarray, noisy: np.ndarray,

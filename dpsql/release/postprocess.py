@@ -157,9 +157,9 @@ def _columns(query: CheckedQuery, cells: ReleasedCells) -> dict[str, np.ndarray]
 def _with_intervals(query: CheckedQuery) -> exp.Select:
     """The outer query, plus per output its interval ends (lo, hi pairs) and its noise std, in that order; ties
     in its ORDER BY (and the whole order when it has none) are settled by the released order."""
-    outer = query.outer.copy().order_by(exp.column(names.POSITION), append=True)
+    outer = _null_on_zero(query.outer.copy()).order_by(exp.column(names.POSITION), append=True)
     ends, stds = [], []
-    for i, item in enumerate(query.outer.expressions):
+    for i, item in enumerate(outer.expressions):
         expression = item.this
         j = query.output_aggregate[i]
         if j is None:
@@ -175,6 +175,17 @@ def _with_intervals(query: CheckedQuery) -> exp.Select:
         bare = names.aggregate_index(expression) == j
         stds.append(exp.alias_(exp.column(names.aggregate(j, "sd")) if bare else exp.Null(), names.output(i, "sd")))
     return outer.select(*ends, *stds, append=True)
+
+
+def _null_on_zero(outer: exp.Select) -> exp.Select:
+    """Every `a / b` as `a / NULLIF(b, 0)`: a ratio whose divisor's noisy value is 0 (SUM(x) / COUNT(*) on a group
+    the noisy count says is empty) is NULL, as `//` and `%` by 0 already are here and as SQL's aggregates over no
+    rows are, rather than DuckDB's IEEE +/-inf or NaN (README, "Empty groups")."""
+    def guarded(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Div):
+            node.set("expression", exp.func("NULLIF", node.expression, exp.Literal.number(0)))
+        return node
+    return outer.transform(guarded, copy=False)
 
 
 def _substitute(node: exp.Expression, index: int, part_name: str) -> exp.Expression:

@@ -39,6 +39,7 @@ GROUP_NUMBER = "__dp_group_number"  # a group's rank among its unit's groups, by
 VALUES_BY_GROUP = "__dp_by_group"  # the subqueries of the per-group cap
 TWIN_SCHEMA = "__dp_twin"  # empty copies of the prepared tables, for the dry run
 STORE = "__dp_store"  # the prepared store, attached read-only as the default database (engines/store.py)
+SOURCE_FILE = "__dp_file"  # the file a source row was read from, when the loader names a row it refuses
 
 # The bounded query's own subqueries and one-row placeholder (rewrite/).
 BOUNDED = "__dp_bounded"

@@ -25,6 +25,7 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
 from dpsql.errors import DataError, ProgrammingError, QueryRejected, first_line
+from dpsql.sql import temporal
 
 _SQLGLOT_LOG = logging.getLogger("sqlglot")
 
@@ -48,7 +49,8 @@ _QUIET = _QuietWhileParsing()
 DIALECT = "duckdb"
 _MAX_SQL_LENGTH = 100_000
 _TEXT_POSITION = "dpsql_text_position"  # meta key: where in the SQL text a placeholder starts
-TEXT_PARAMETER = "dpsql_text_parameter"  # meta key: the text of a TextParameter, typed later by its context
+TEXT_PARAMETER = "dpsql_text_parameter"  # meta key: the TextParameter a literal stands for, typed by its context
+PARAMETER_LABEL = "dpsql_parameter"  # meta key: how errors name a bound parameter ($1, :name, or its place)
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,9 @@ class TextParameter:
     the checker converts it to the type of the column it is compared with (dpsql.analysis.text_parameters)."""
 
     text: str
+    # A stand-in while a statement is described before it is bound (the server's Describe): it takes any column's
+    # type, with a value of that type, since the columns of a query depend on its parameters' types only.
+    stand_in: bool = False
 
 
 class _PositionedDuckDB(DuckDB):
@@ -123,6 +128,7 @@ def parse(sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None)
             raise QueryRejected(f"{node.sql(DIALECT)}: a list of names for one value is not supported; name it "
                                 "with AS name")
         node.comments = None
+    temporal.instants_in_utc(tree)
     return ParsedQuery(sql, _bind(tree, parameters))
 
 
@@ -212,8 +218,15 @@ def _bind(tree: exp.Select, parameters: Sequence[Any] | Mapping[str, Any] | None
             values = list(parameters)
     else:
         raise ProgrammingError(f"parameters must be a sequence or a mapping, not {type(parameters).__name__}")
-    for node, value in zip(placeholders, values, strict=True):
-        node.replace(literal(value))
+    for position, (node, value) in enumerate(zip(placeholders, values, strict=True), start=1):
+        name = _placeholder_name(node)  # how errors name the parameter: $n, :name, or its place among the ?s
+        label = f"${name}" if name is not None and name.isdigit() else f":{name}" if name else str(position)
+        try:
+            bound = literal(value)
+        except DataError as exc:
+            raise DataError(f"parameter {label}: {exc}") from None
+        bound.meta[PARAMETER_LABEL] = label
+        node.replace(bound)
     return tree
 
 
@@ -235,7 +248,7 @@ def literal(value: Any) -> exp.Expression:
     """A SQL literal node for one Python parameter value: exactly that value, or a DataError."""
     if isinstance(value, TextParameter):
         node = literal(value.text)
-        node.meta[TEXT_PARAMETER] = value.text
+        node.meta[TEXT_PARAMETER] = value
         return node
     value = _exact_python_value(value)
     if value is None:
@@ -252,9 +265,18 @@ def literal(value: Any) -> exp.Expression:
             raise DataError("a text parameter contains a NUL character")
         return exp.Literal.string(str(value))
     if isinstance(value, datetime.datetime):
+        try:
+            value = temporal.utc(value)  # an aware datetime: its UTC time (sql/temporal.py)
+        except OverflowError:
+            raise DataError(f"the timestamp {value.isoformat()} is out of range in UTC") from None
         return exp.cast(exp.Literal.string(value.isoformat(sep=" ")), "TIMESTAMP")
     if isinstance(value, datetime.date):
         return exp.cast(exp.Literal.string(value.isoformat()), "DATE")
+    if isinstance(value, datetime.time):
+        raise DataError("a time of day (datetime.time) has no column to be compared with: columns hold dates and "
+                        "timestamps, not times; pass a datetime, or compare EXTRACT(hour FROM a timestamp column)")
+    if isinstance(value, bytes | bytearray | memoryview):
+        raise DataError("bytes have no column to be compared with: there are no binary columns; pass text (str)")
     raise DataError(f"cannot bind a parameter of type {_type_name(value)}")
 
 

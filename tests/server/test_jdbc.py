@@ -14,6 +14,7 @@ from tests.server.conftest import PASSWORDS, charges
 
 DRIVER = Path("/usr/share/java/postgresql.jar")
 PROBE = Path(__file__).parent / "java" / "JdbcProbe.java"
+DATES = Path(__file__).parent / "java" / "DateProbe.java"
 
 needs_jdbc = pytest.mark.skipif(shutil.which("java") is None or not DRIVER.exists(),
                                 reason="Java or the PostgreSQL JDBC driver is not installed (.ci/run installs them)")
@@ -37,3 +38,20 @@ def test_jdbc_queries_and_reads_the_metadata(served) -> None:
                        "department": ["12", "YES"], "age": ["-5", "NO"], "sex": ["12", "YES"],
                        "smoker": ["-7", "YES"], "cost": ["8", "YES"], "length_of_stay": ["-5", "NO"]}
     assert len(charges(served.policy)) == before + 1  # the one private query; Describe and metadata are free
+
+
+@needs_jdbc
+def test_jdbc_binds_dates_and_timestamps_as_the_driver_sends_them(served) -> None:
+    """setDate sends '2024-01-01 +01' (the date with the JVM's offset), setTimestamp '2024-01-02 00:00:00+01',
+    setObject(LocalDateTime) a timestamp with an offset too: each is the value of the compared date column it
+    spells (a time of day compares as DuckDB compares a date with a timestamp). A time of day and bytes have no
+    column to be compared with: refused (22023), not charged."""
+    before = len(charges(served.policy))
+    done = subprocess.run(["java", "-Duser.timezone=Europe/Paris", "-cp", str(DRIVER), str(DATES), str(served.port),
+                           PASSWORDS["alice"]], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    accepted = ["setDate", "setTimestamp", "setTimestampWithTime", "setObjectLocalDate", "setObjectLocalDateTime",
+                "setObjectOffsetDateTime", "setString"]
+    assert lines == [f"OK {setter}" for setter in accepted] + ["ERR setTime 22023", "ERR setBytes 22023"]
+    assert len(charges(served.policy)) == before + len(accepted)

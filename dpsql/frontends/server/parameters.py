@@ -47,7 +47,7 @@ def dummy_value(oid: int) -> object:
     return {types.BOOL: True, types.INT2: 1, types.INT4: 1, types.INT8: 1, types.FLOAT4: 1.0, types.FLOAT8: 1.0,
             types.NUMERIC: decimal.Decimal(1), types.DATE: datetime.date(2000, 1, 1),
             types.TIMESTAMP: datetime.datetime(2000, 1, 1),
-            types.TIMESTAMPTZ: datetime.datetime(2000, 1, 1)}.get(oid, TextParameter("1"))
+            types.TIMESTAMPTZ: datetime.datetime(2000, 1, 1)}.get(oid, TextParameter("1", stand_in=True))
 
 
 def _number(node: exp.Expression) -> int | None:

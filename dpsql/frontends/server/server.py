@@ -36,6 +36,7 @@ from dpsql.engines.base import Engine
 from dpsql.engines.progress import SILENT, Progress
 from dpsql.errors import (
     CannotListen,
+    DataError,
     Error,
     ExecutionFailed,
     NotSupportedError,
@@ -670,7 +671,10 @@ class Connection:
             # type the client said or the server reported.
             oid = statement.reported[i] if binary else (statement.declared[i] if i < len(statement.declared)
                                                           else 0)
-            parameters.append(types.decode_parameter(value, oid, binary))
+            try:
+                parameters.append(types.decode_parameter(value, oid, binary))
+            except (DataError, NotSupportedError) as exc:
+                raise type(exc)(f"parameter ${i + 1}: {exc}") from None
         if portal_name and portal_name in self.state.portals:
             raise WireError("42P03", f'cursor "{portal_name}" already exists')
         self.state.portals[portal_name] = Portal(statement, parameters, result_formats)

@@ -17,10 +17,11 @@ from typing import Any
 from dpsql.errors import DataError, NotSupportedError
 from dpsql.frontends.server.protocol import Field
 from dpsql.policy import ColumnType
+from dpsql.sql import temporal
 from dpsql.sql.parse import TextParameter
 
 BOOL, BYTEA, INT8, INT2, INT4, TEXT, FLOAT4, FLOAT8, UNKNOWN, VARCHAR = 16, 17, 20, 21, 23, 25, 700, 701, 705, 1043
-DATE, TIME, TIMESTAMP, TIMESTAMPTZ, INTERVAL, NUMERIC = 1082, 1083, 1114, 1184, 1186, 1700
+DATE, TIME, TIMESTAMP, TIMESTAMPTZ, INTERVAL, TIMETZ, NUMERIC = 1082, 1083, 1114, 1184, 1186, 1266, 1700
 _POSTGRES_EPOCH = datetime.datetime(2000, 1, 1)
 _EPOCH_DATE = _POSTGRES_EPOCH.date()
 
@@ -152,7 +153,8 @@ _TEXT_LIKE = (0, TEXT, VARCHAR, UNKNOWN, 1042)  # 1042: bpchar
 
 def decode_parameter(data: bytes | None, oid: int, binary: bool) -> Any:
     """A Bind parameter as the Python value dpsql binds. Untyped text becomes a TextParameter, which the checker
-    converts to the type of the column it is compared with, as PostgreSQL types an untyped literal."""
+    converts to the type of the column it is compared with, as PostgreSQL types an untyped literal. A time of day or
+    bytes decode too, so that binding them says why they have no column to be compared with (sql/parse.literal)."""
     if data is None:
         return None
     try:
@@ -177,10 +179,17 @@ def _decode_text(text: str, oid: int) -> Any:
         return decimal.Decimal(text.strip())
     if oid == BOOL:
         return _BOOLEANS[text.strip().lower()]
-    if oid == DATE:
-        return datetime.date.fromisoformat(text.strip())
-    if oid in (TIMESTAMP, TIMESTAMPTZ):
-        return datetime.datetime.fromisoformat(text.strip())
+    if oid in (DATE, TIMESTAMP, TIMESTAMPTZ):
+        # As PostgreSQL reads them (sql/temporal.py): a date, with a time of day only at midnight; a timestamp's
+        # wall-clock time, its offset dropped; a timestamptz the instant it names (compared as its UTC time).
+        read = temporal.read(text)
+        if read is None or (oid == DATE and not read.at_midnight):
+            raise ValueError
+        return read.value.date() if oid == DATE else read.instant if oid == TIMESTAMPTZ else read.value
+    if oid in (TIME, TIMETZ):
+        return datetime.time.fromisoformat(text.strip()[:8])
+    if oid == BYTEA:
+        return bytes.fromhex(text.removeprefix("\\x"))
     return TextParameter(text)
 
 
@@ -196,8 +205,13 @@ def _decode_binary(data: bytes, oid: int) -> Any:
         return _numeric(data)
     if oid == DATE:
         return _EPOCH_DATE + datetime.timedelta(days=struct.unpack("!i", data)[0])
-    if oid == TIMESTAMP:
-        return _POSTGRES_EPOCH + datetime.timedelta(microseconds=struct.unpack("!q", data)[0])
+    if oid in (TIMESTAMP, TIMESTAMPTZ):  # microseconds since 2000-01-01 (a timestamptz's: in UTC)
+        value = _POSTGRES_EPOCH + datetime.timedelta(microseconds=struct.unpack("!q", data)[0])
+        return value.replace(tzinfo=datetime.UTC) if oid == TIMESTAMPTZ else value
+    if oid in (TIME, TIMETZ):  # microseconds since midnight (a timetz's followed by its zone)
+        return (datetime.datetime.min + datetime.timedelta(microseconds=struct.unpack("!q", data[:8])[0])).time()
+    if oid == BYTEA:
+        return data
     raise NotSupportedError(f"binary parameters of type OID {oid} are not supported: send them as text")
 
 
