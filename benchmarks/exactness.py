@@ -241,21 +241,26 @@ class Generator:
         r = self.rng
         source = r.choice(SOURCES)
         outputs = self.outputs(source)
-        key = r.choice(source.keys) if r.random() < 0.75 else None
-        items = ([f"{key} AS k"] if key else []) + [f"{o.sql} AS o{i}" for i, o in enumerate(outputs)]
+        keys = [r.choice(source.keys)] if r.random() < 0.75 else []
+        group = f" GROUP BY {keys[0]}" if keys else ""
+        if keys and len(source.keys) > 1 and r.random() < 0.2:  # issue 36: several groupings of two keys
+            keys = r.sample(source.keys, 2)
+            a, b = (f"({key})" if " " in key else key for key in keys)  # sqlglot parses ROLLUP of names or (x)
+            group = " GROUP BY " + r.choice([f"ROLLUP ({a}, {b})", f"CUBE ({a}, {b})", f"GROUPING SETS (({a}), "
+                                             f"({b}), ())", f"{a}, ROLLUP ({b})"])
+        named = [f"{key} AS k{i}" for i, key in enumerate(keys)]
+        items = named + [f"{o.sql} AS o{i}" for i, o in enumerate(outputs)]
         conditions = [r.choice(source.conditions)] if r.random() < 0.5 or source.shape == "semi/anti-join" else []
         conditions += [source.joined_by] if source.joined_by else []
         where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
-        group = f" GROUP BY {key}" if key else ""
         head = f"{source.with_}SELECT "
         tail = f" FROM {source.from_}{where}{group}"
         # The same query with each quantile's (MIN's, MAX's) item replaced by the sorted non-NULL values it reads
         # and the group's row count appended: what the documented differences are checked against.
         listed = [f"list({o.argument} ORDER BY {o.argument}) FILTER (WHERE {o.argument} IS NOT NULL)"
                   if o.kind != "exact" else o.sql for o in outputs]
-        facts = ([f"{key} AS k"] if key else []) + [f"{s} AS o{i}" for i, s in enumerate(listed)] + ["COUNT(*)"]
-        return Case(head + ", ".join(items) + tail, head + ", ".join(facts) + tail, source.shape, bool(key),
-                    outputs)
+        facts = named + [f"{s} AS o{i}" for i, s in enumerate(listed)] + ["COUNT(*)"]
+        return Case(head + ", ".join(items) + tail, head + ", ".join(facts) + tail, source.shape, len(keys), outputs)
 
 
 @dataclass
@@ -263,7 +268,7 @@ class Case:
     sql: str
     facts: str  # the companion query (Generator.query)
     shape: str
-    grouped: bool
+    keys: int  # the group keys the query selects first (0: not grouped)
     outputs: list[Output]
 
 
@@ -330,6 +335,8 @@ class Comparison:
         summary.queries += 1
         summary.shapes[case.shape] += 1
         summary.calls.update(f for o in case.outputs for f in FEATURES if f in o.sql)
+        if case.keys > 1:
+            summary.calls["GROUPING SETS"] += 1  # ROLLUP, CUBE or GROUPING SETS of two keys
         try:
             prepared = self.session.prepare(case.sql)
             ours = self.session.execute(case.sql)
@@ -368,10 +375,10 @@ class Comparison:
             summary.differences.append((case.sql, self.problems[0]))
 
     def _key(self, row: tuple[Any, ...]) -> tuple[Any, ...]:
-        return tuple(row[:1]) if self.case.grouped else ()
+        return tuple(row[:self.case.keys])
 
     def _cells(self) -> list[tuple[int, Output]]:
-        offset = 1 if self.case.grouped else 0
+        offset = self.case.keys
         return [(offset + i, output) for i, output in enumerate(self.case.outputs)]
 
     def _compare(self, ours: tuple, theirs: tuple, facts: tuple, plan: Any) -> None:
