@@ -10,7 +10,6 @@ grouping. benchmarks/exactness.py compares generated ROLLUP, CUBE and GROUPING S
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 from pathlib import Path
 
 import duckdb
@@ -20,13 +19,11 @@ from hypothesis import strategies as st
 
 from benchmarks.support import open_session, write_csv, write_policy
 from dpsql.analysis.check import check
-from dpsql.engines.duckdb_engine import DuckDBEngine
 from dpsql.errors import QueryRejected
 from dpsql.planning.aggregates import VOCABULARY
-from dpsql.planning.plan import Budget, plan
-from dpsql.policy import Accounting, MechanismKind, load_policy
-from dpsql.rewrite.passes import rewrite
+from dpsql.policy import MechanismKind, load_policy
 from dpsql.sql.parse import parse
+from tests.test_sensitivity import measurements
 
 TABLE = {"source": "t.csv", "privacy_unit": "pid", "columns": {
     "pid": {"type": "int"}, "grp": {"type": "text", "values": ["a", "b", "c"]}, "city": {"type": "text"},
@@ -71,17 +68,7 @@ def test_what_cannot_be_released_is_refused_with_its_reason(tmp_path: Path, grou
 
 
 def _measured(policy: Path, sql: str, mechanism: MechanismKind = MechanismKind.LAPLACE):
-    loaded = load_policy(policy)
-    accounting = Accounting.ZCDP if mechanism is MechanismKind.GAUSSIAN else Accounting.PURE
-    query_plan = plan(check(parse(sql), loaded, VOCABULARY), Budget(Fraction(1), Fraction(1, 10**6), accounting,
-                                                                     mechanism))
-    engine = DuckDBEngine(loaded, bounding_seed=3)
-    try:
-        rows = engine.run(rewrite(query_plan).sql)
-    finally:
-        engine.close()
-    keys = len(query_plan.query.keys)
-    return query_plan, {tuple(r[:keys]): [int(v or 0) for v in r[keys:]] for r in rows}
+    return measurements(policy, sql, 3, mechanism)
 
 
 QUERIES = [

@@ -18,7 +18,7 @@ from sqlglot import exp
 from dpsql.analysis.normalize import normalize
 from dpsql.errors import QueryRejected
 from dpsql.sql.parse import DIALECT, parse
-from tests.test_normalize import VISITS, _table
+from tests.test_normalize import VISITS, _table, connected
 
 
 def _tables(con: duckdb.DuckDBPyConnection, rng: random.Random) -> None:
@@ -110,9 +110,7 @@ def _rules_form(tree: exp.Select) -> bool:
 
 def test_joins_as_written_give_the_same_rows_once_normalised() -> None:
     rng = random.Random(36)
-    con = duckdb.connect()
-    con.execute("SET threads = 1")
-    _tables(con, rng)
+    con = connected(rng, _tables)
     generator = _Joins(rng)
     compared, forms = 0, []
     for _ in range(300):
