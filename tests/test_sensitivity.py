@@ -91,7 +91,7 @@ DISTINCT_QUERIES = [
 ]
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(units=datasets, m=st.integers(1, 3), removed=st.integers(0, 5),
        query=st.sampled_from(QUERIES + DISTINCT_QUERIES), seed=st.integers(0, 2**31))
 def test_one_unit_moves_each_measurement_by_at_most_its_sensitivity(tmp_path_factory, units, m, removed, query,

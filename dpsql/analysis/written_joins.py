@@ -33,7 +33,7 @@ from dpsql.sql.parse import DIALECT
 def written_joins(tree: exp.Select, policy: Policy) -> None:
     """Rewrite, in place, RIGHT and comma joins of every SELECT in the tree into the form relation.py reads."""
     for select in list(tree.find_all(exp.Select)):
-        if select.args.get("joins"):
+        if select.args.get("joins") and select.args.get("from_") is not None:
             _mirror_right_join(select, policy)
             _comma_joins(select, policy)
 
@@ -41,7 +41,7 @@ def written_joins(tree: exp.Select, policy: Policy) -> None:
 def join_filters(tree: exp.Select, policy: Policy) -> None:
     """Move, in place, the conditions of every join's ON that are not its join keys to where they filter."""
     for select in list(tree.find_all(exp.Select)):
-        if select.args.get("joins"):
+        if select.args.get("joins") and select.args.get("from_") is not None:
             _on_filters(select, policy)
 
 
