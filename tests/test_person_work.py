@@ -81,10 +81,10 @@ AMPLIFIED = {
                                         "GROUP BY p0.pid) AS u", "units of work"),
     "a semi-join": ("SELECT COUNT(*) FROM people p0 WHERE {s} AND p0.pid IN (SELECT pid FROM people WHERE "
                     + LIKES + ")", "units of work"),
-    "a probe (anti-join) with a costly condition": ("SELECT COUNT(*) FROM people p0 WHERE {s} AND NOT EXISTS "
+    "an anti-join with a costly condition": ("SELECT COUNT(*) FROM people p0 WHERE {s} AND NOT EXISTS "
                                                     "(SELECT 1 FROM people q WHERE q.pid = p0.pid AND (" + LIKES
                                                     + "))", "units of work"),
-    "a probe after a self-join": ("SELECT COUNT(*) FROM people p0 JOIN people p1 ON p1.pid = p0.pid WHERE {s} AND "
+    "a semi-join after a self-join": ("SELECT COUNT(*) FROM people p0 JOIN people p1 ON p1.pid = p0.pid WHERE {s} AND "
                                   "EXISTS (SELECT 1 FROM people q WHERE q.pid = p0.pid AND q.tag > p1.tag)",
                                   "read 3 times"),
     "quantile buckets": ("SELECT " + ", ".join(f"QUANTILE_CONT(CASE WHEN p0.note LIKE '%a_b%z{i}%' THEN p0.tag "
@@ -249,9 +249,9 @@ PLACED = {
                            "p.note LIKE '%q_q%' OR v.cost > 5",
     "a per-unit subquery": "SELECT COUNT(*) FROM (SELECT pid, COUNT(*) AS n FROM people WHERE note LIKE '%q_q%' "
                            "GROUP BY pid) AS u",
-    "a probe's condition": "SELECT COUNT(*) FROM visits v WHERE NOT EXISTS (SELECT 1 FROM people q WHERE q.pid = "
+    "a semi-join's condition": "SELECT COUNT(*) FROM visits v WHERE NOT EXISTS (SELECT 1 FROM people q WHERE q.pid = "
                            "v.pid AND q.note LIKE '%q_q%')",
-    "a probe's condition on both rows": "SELECT COUNT(*) FROM people p WHERE p.tag > 3 OR EXISTS (SELECT 1 FROM "
+    "a semi-join's condition on both rows": "SELECT COUNT(*) FROM people p WHERE p.tag > 3 OR EXISTS (SELECT 1 FROM "
                                         "people q WHERE q.pid = p.pid AND (q.note LIKE '%q_q%' OR q.tag < p.tag))",
     "a filter on a per-unit subquery's unit": "SELECT COUNT(*) FROM (SELECT pid, COUNT(*) AS n FROM people "
                                               "GROUP BY pid) AS u WHERE CAST(u.pid AS TEXT) LIKE '%q_q%'",
@@ -343,14 +343,14 @@ def _counting(sample, counted: list[int]):
     return counting
 
 
-def test_a_probes_condition_never_runs_on_a_row_beyond_either_cap(tmp_path: Path, monkeypatch) -> None:
-    """A probe (EXISTS over a person's own rows, analysis/probes.py) meets the relation's capped rows with the probed
-    table's rows within its cap only: its condition, swapped for a probe of both rows' ranks, never sees a rank
+def test_a_semi_joins_condition_never_runs_on_a_row_beyond_either_cap(tmp_path: Path, monkeypatch) -> None:
+    """A semi-join (EXISTS over a person's own rows, analysis/semijoins.py) meets the relation's capped rows with the
+    probed table's rows within its cap only: its condition, swapped for a probe of both rows' ranks, never sees a rank
     beyond 5 though the target has 400 rows in both roles."""
-    from dpsql.analysis import probes
+    from dpsql.analysis import semijoins
 
     policy = _world(tmp_path / "heavy", True, heavy=400)
-    monkeypatch.setattr(probes, "_residual", lambda probe, outer, index: (exp.func(
+    monkeypatch.setattr(semijoins, "_residual", lambda semijoin, outer, index: (exp.func(
         PROBE, exp.column(names.RANK, f"__dp_p{index}"), exp.column(names.RANK, outer["p"].physical)), 1))
     session = open_session(policy, 3)
     seen: list[tuple[int, int]] = []
@@ -366,7 +366,7 @@ def test_a_probes_condition_never_runs_on_a_row_beyond_either_cap(tmp_path: Path
     assert seen and max(max(pair) for pair in seen) <= M
 
 
-def test_a_probe_counts_a_persons_pairs_of_rows(worlds: Worlds) -> None:
+def test_a_semi_join_counts_a_persons_pairs_of_rows(worlds: Worlds) -> None:
     """Each of a person's m rows meets at most m_t rows of the probed table (its own): a join stage of m x m_t pairs,
     and the conditions on each pair."""
     session = open_session(worlds.policies[0], 3)

@@ -59,7 +59,7 @@ def test_with_one_row_per_patient_it_is_the_semi_join(visits_policy: Path) -> No
 
 
 @pytest.mark.parametrize(("sql", "error"), [
-    # not the unit on both sides: the join rules refuse it, and the probe's (analysis/probes.py) under NOT
+    # not the unit on both sides: the join rules refuse it, and the semi-join's (analysis/semijoins.py) under NOT
     ("SELECT COUNT(*) FROM visits WHERE age IN (SELECT birth_year FROM patients)", QueryRejected),
     ("SELECT COUNT(*) FROM visits WHERE patient_id IN (SELECT chronic_conditions FROM patients)", QueryRejected),
     ("SELECT COUNT(*) FROM visits WHERE age NOT IN (SELECT birth_year FROM patients)", QueryRejected),
@@ -132,7 +132,7 @@ def test_two_semi_joins_and_a_self_exists_are_the_joins_they_mean(visits_policy:
     assert _answer(visits_policy, written) == _answer(visits_policy, joined)
 
 
-# NOT IN, OR and a correlated IN cannot be a join: each is the probe of the EXISTS it means (analysis/probes.py), the
+# NOT IN, OR and a correlated IN cannot be a join: each is the semi-join flag of the EXISTS it means (semijoins.py), the
 # unit being NULL on neither side.
 @pytest.mark.parametrize(("written", "exists"), [
     ("SELECT COUNT(*) FROM visits v WHERE v.patient_id NOT IN (SELECT patient_id FROM patients WHERE sex = 'F')",

@@ -18,7 +18,7 @@ each one, and tests/test_normalize.py runs generated queries both ways in DuckDB
   beside the keys moved to where they filter; and a row-level subquery joined merged into the join (flatten.py);
 - subqueries of public tables read at check time (public_relations.py): one in FROM or JOIN is its rows, written
   into the SQL; a scalar one its value; an uncorrelated EXISTS its truth.
-EXISTS and IN left in WHERE (under OR or NOT, correlated beyond one key) are the checker's probes (probes.py).
+EXISTS and IN left in WHERE (under OR or NOT, correlated beyond one key) are the checker's semi-joins (semijoins.py).
 The checker then sees one SELECT over one table, and what it checks is what runs: nothing here reads the data, and
 the rewrite neither adds a row nor a column the written query did not read. What it cannot rewrite exactly stays
 as written, for the checker to refuse or to handle. The outputs keep the names the analyst's SQL gives them.

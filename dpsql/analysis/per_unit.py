@@ -28,10 +28,10 @@ from sqlglot.optimizer.qualify import qualify
 
 from dpsql.analysis import person_work
 from dpsql.analysis.bounds import Unbounded, interval_of
-from dpsql.analysis.probes import has_probes
 from dpsql.analysis.public_facts import PublicFacts
 from dpsql.analysis.public_relations import public_relation
 from dpsql.analysis.relation import JOINED, Relation, gated, resolve
+from dpsql.analysis.semijoins import has_semijoins
 from dpsql.analysis.typecheck import Typed, total_expression
 from dpsql.analysis.vetting import may_fail, vet_row_expression
 from dpsql.analysis.written_types import written_type
@@ -60,8 +60,8 @@ def resolve_per_unit(tree: exp.Select, policy: Policy, type_check: TypeCheck,
     subquery joined to tables is a member of a join: relation.py asks `per_unit_relation` for it)."""
     from_ = tree.args.get("from_")
     if from_ is None or not isinstance(from_.this, exp.Subquery) or tree.args.get("joins") \
-            or public_relation(from_.this) is not None or has_probes(tree):
-        return None  # a join (or a probe: a semi-join) reads it as one of its members: relation.py
+            or public_relation(from_.this) is not None or has_semijoins(tree):
+        return None  # a join (or a semi-join) reads it as one of its members: relation.py
     subquery = from_.this
     relation = per_unit_relation(subquery, policy, type_check, facts)
     outer = tree.copy()
@@ -89,7 +89,7 @@ def per_unit_relation(subquery: exp.Subquery, policy: Policy, type_check: TypeCh
             raise QueryRejected(f"{_RULE}; {item.sql(DIALECT)} is not a named COUNT, SUM, AVG, MIN or MAX (name it: "
                                 f"{item.sql(DIALECT)} AS n)")
     joined = None
-    if inner.args.get("joins") or has_probes(inner):
+    if inner.args.get("joins") or has_semijoins(inner):
         inner, joined = resolve(inner, policy, facts)  # the joined rows, capped: at most m per unit
         if joined is None:
             raise QueryRejected(f"{_RULE}; a JOIN needs a table in FROM before it")

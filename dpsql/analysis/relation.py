@@ -38,7 +38,7 @@ from sqlglot import exp
 from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.qualify import qualify
 
-from dpsql.analysis import person_work, probes
+from dpsql.analysis import person_work, semijoins
 from dpsql.analysis.bounds import MAX_MAGNITUDE
 from dpsql.analysis.public_facts import PublicFacts
 from dpsql.analysis.public_relations import PublicRelation, public_relation
@@ -131,25 +131,25 @@ def resolve(tree: exp.Select, policy: Policy, facts: PublicFacts | None,
     one row per unit: its SQL stands for a prepared table, and it needs no cap."""
     from_ = tree.args.get("from_")
     needed = from_ is not None and _needs_relation(tree, policy)
-    if not needed and (from_ is None or not probes.has_probes(tree)):
+    if not needed and (from_ is None or not semijoins.has_semijoins(tree)):
         return tree, None
     written_tree = tree
     tree, derived, publics = _derived_tables(tree, subquery)
-    carrier = tree.args["from_"].this.alias_or_name  # the probes' flags are read as columns of the first source
-    tree, found = probes.extract(tree, policy, _source_columns(tree, policy, derived, publics), carrier)
+    carrier = tree.args["from_"].this.alias_or_name  # the semi-joins' flags: columns of the first source
+    tree, found = semijoins.extract(tree, policy, _source_columns(tree, policy, derived, publics), carrier)
     if not needed and not found:
-        return written_tree, None  # subqueries that are no probes: the checker refuses them
+        return written_tree, None  # subqueries that are no semi-joins: the checker refuses them
     written = _members(tree, policy, derived, publics)
     _refuse_public_only(written, tree, policy, found)
-    flags = [probe.flag for probe in found]
+    flags = [one.flag for one in found]
     tree = _qualified(tree, written, {carrier: flags})
     tree = _private_first(tree, policy, derived)
     # Again: qualify() normalised the aliases and turned USING into ON.
     members = _checked_order(_members(tree, policy, derived, publics))
-    bound, steps, work = _bound(members, facts, policy.limits, [probe.table for probe in found])
-    checked = _checked_probes(found, members, bound, facts, policy.limits)
-    steps[-1:-1] = [step for probe in checked for step in probe.steps]
-    work = (*work, *(term for probe in checked for term in probe.work))
+    bound, steps, work = _bound(members, facts, policy.limits, [one.table for one in found])
+    checked = _checked_semijoins(found, members, bound, facts, policy.limits)
+    steps[-1:-1] = [step for one in checked for step in one.steps]
+    work = (*work, *(term for one in checked for term in one.work))
     mapping = _column_names(members)
     columns = _columns(members, mapping, facts)
     carried = next(m.alias for m in members if m.alias.lower() == carrier.lower())
@@ -162,7 +162,7 @@ def resolve(tree: exp.Select, policy: Policy, facts: PublicFacts | None,
                          first.table.row_privacy, unit=first.table.unit)
     sql, flagged, caps = _relation_sql(members, mapping, columns, tree)
     if checked:
-        sql = sql.select(*[exp.alias_(probe.sql, probe.probe.flag) for probe in checked], copy=False)
+        sql = sql.select(*[exp.alias_(one.sql, one.semijoin.flag) for one in checked], copy=False)
     relation = Relation(schema, sql, tuple(steps), flagged, caps, work)
     return _over_relation(tree, mapping), relation
 
@@ -180,15 +180,15 @@ def _source_columns(tree: exp.Select, policy: Policy, derived: dict[str, Relatio
     return found
 
 
-def _checked_probes(found: tuple[probes.Probe, ...], members: list[_Member], m: int, facts: PublicFacts | None,
-                    limits: WorkLimits) -> list[probes.CheckedProbe]:
-    """Each probe checked against the relation's sources (probes.py): a private source's unit column holds the
+def _checked_semijoins(found: tuple[semijoins.SemiJoin, ...], members: list[_Member], m: int, facts: PublicFacts | None,
+                    limits: WorkLimits) -> list[semijoins.CheckedSemiJoin]:
+    """Each semi-join checked against the relation's sources (semijoins.py): a private source's unit column holds the
     relation's unit (the first table's, and every private table is joined INNER on it)."""
-    outer = {member.alias.lower(): probes.Outer(member.table, member.name, not member.table.public)
+    outer = {member.alias.lower(): semijoins.Outer(member.table, member.name, not member.table.public)
              for member in members}
     first = members[0].table
     unit = None if first.row_privacy else first.unit
-    return [probes.checked(probe, index, outer, unit, m, facts, limits) for index, probe in enumerate(found)]
+    return [semijoins.checked(one, index, outer, unit, m, facts, limits) for index, one in enumerate(found)]
 
 
 def _needs_relation(tree: exp.Select, policy: Policy) -> bool:
@@ -227,11 +227,11 @@ def _members(tree: exp.Select, policy: Policy, derived: dict[str, Relation],
 
 
 def _refuse_public_only(members: list[_Member], tree: exp.Select, policy: Policy,
-                        found: tuple[probes.Probe, ...]) -> None:
+                        found: tuple[semijoins.SemiJoin, ...]) -> None:
     """A FROM of public tables only: the query came here because it also reads a private table elsewhere (or it
     is explained): neither is answered."""
     if all(m.table.public for m in members):
-        if any(not probe.table.public for probe in found):
+        if any(not one.table.public for one in found):
             raise QueryRejected("a query over public tables cannot ask EXISTS or IN of a private table: join the "
                                 "private table, or put it first in FROM")
         if any(not (policy.table(t.name) and policy.table(t.name).public) for t in tree.find_all(exp.Table)):
@@ -327,7 +327,7 @@ def _check_join_kind(join: exp.Join, table: TablePolicy) -> None:
 
 def _qualified(tree: exp.Select, members: list[_Member], flags: dict[str, list[str]]) -> exp.Select:
     """The query with every column qualified by its source; `flags` are more boolean columns of a source (by
-    alias): the probes' (probes.py)."""
+    alias): the semi-joins' (semijoins.py)."""
     schema = {m.table.name: {c.name: c.type.duckdb for c in m.table.columns.values()} for m in members}
     for member in members:
         for flag in flags.get(member.alias, ()):
@@ -373,7 +373,7 @@ def _equalities(member: _Member, earlier: dict[str, _Member]) -> list[tuple[exp.
 def _bound(members: list[_Member], facts: PublicFacts | None, limits: WorkLimits,
            probed: list[TablePolicy]) -> tuple[int, list[str], tuple[person_work.WorkTerm, ...]]:
     """m, the steps that derive it (for explain), and the work of one person's rows through the joins. `probed`:
-    the tables the probes read (each a further read of a table, as a join is)."""
+    the tables the semi-joins read (each a further read of a table, as a join is)."""
     _refuse_copies(members, limits, probed)
     first = members[0]
     m = first.table.bound.max_rows

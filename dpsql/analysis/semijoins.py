@@ -1,26 +1,26 @@
 """Semi- and anti-joins in general form: EXISTS, NOT EXISTS, and IN on the unit, anywhere in WHERE (under OR and
-NOT), correlated by more than one equality. Each becomes a *probe*: a boolean column of the relation (relation.py)
-that tells, for each joined row, whether the subquery has a row for it; the WHERE then reads that column.
+NOT), correlated by more than one equality. Each becomes a *semi-join flag*: a boolean column of the relation
+(relation.py) that tells, for each joined row, whether the subquery has a row for it; the WHERE then reads it.
 
 Which subqueries, and why one person still moves the answer by at most the plan's sensitivity:
 - `EXISTS (SELECT ... FROM t AS a WHERE a.u = o.u AND <conditions>)` with t a private table of the relation's unit,
   correlated on t's unit column equal to the unit of a row o of the relation: t's rows are capped at its m_t first
-  (its prepared rank), and only rows of o's own unit can satisfy the equality. So the probe's value on o depends on
+  (its prepared rank), and only rows of o's own unit can satisfy the equality. So the semi-join's value on o depends on
   o's unit's rows alone (its values and its own rows of t): it is a row filter, and keeps the relation's m (a unit's
   rows are still at most m, and removing a unit changes no other unit's rows or flags). The conditions may read t
-  and o in any way (`a.lab_date > o.visit_date`), and the probe may stand anywhere in WHERE: under NOT (an
-  anti-join: "no lab after the visit"), under OR. `o.u IN (SELECT a.u FROM t AS a WHERE c)` is the same probe (the
+  and o in any way (`a.lab_date > o.visit_date`), and the semi-join may stand anywhere in WHERE: under NOT (an
+  anti-join: "no lab after the visit"), under OR. `o.u IN (SELECT a.u FROM t AS a WHERE c)` is the same semi-join (the
   unit is never NULL on either side, so IN and EXISTS agree, also under NOT).
 - `EXISTS (SELECT ... FROM p AS a WHERE a.k = o.x AND <conditions>)` with p a public table or public relation,
   correlated on equalities of plain columns (of one type, not float: relation.py's key rule): public data, so the
-  probe is a function of o's values alone, a row filter again. (With one equality and conditions on p alone, and
+  semi-join is a function of o's values alone, a row filter again. (With one equality and conditions on p alone, and
   not AND-ed, normalize.py writes it as an IN list instead.)
 
 Work: each of a person's rows meets at most m_t (or k, the public rows per key) rows of the probed table, on which
 the conditions run: person_work counts it as a join stage plus the conditions' cost on those pairs. Gates: a private
 table's rows beyond its cap never meet a condition (a CASE on their rank comes first), and the relation's rows are
-capped before the probe runs (it is a column of the capped rows).
-Refused, each with its rule: a probe over a private table of another unit, or not correlated on its unit column; a
+capped before the semi-join runs (it is a column of the capped rows).
+Refused, each with its rule: a semi-join over a private table of another unit, or not correlated on its unit column; a
 subquery with joins, grouping, aggregates, LIMIT or DISTINCT, or nested subqueries; an IN not on the unit.
 """
 
@@ -41,13 +41,13 @@ from dpsql.policy import ColumnPolicy, ColumnType, Policy, TablePolicy, WorkLimi
 from dpsql.sql import names
 from dpsql.sql.parse import DIALECT
 
-FLAG = "__dp_probe"  # the flag columns' names: FLAG0, FLAG1, ...
+FLAG = "__dp_semijoin"  # the flag columns' names: FLAG0, FLAG1, ...
 _FORBIDDEN = ("joins", "group", "having", "limit", "offset", "distinct", "with_", "qualify", "windows", "laterals",
               "order", "pivots", "sample")
 
 
 @dataclass(frozen=True)
-class Probe:
+class SemiJoin:
     flag: str  # the column of the relation holding it
     written: str  # the subquery as written, for messages and explain
     table: TablePolicy  # the probed table (a public relation's schema for one)
@@ -58,30 +58,30 @@ class Probe:
     residual: exp.Expression | None  # the other conditions: probed columns qualified by `alias`, outer ones by theirs
 
 
-def has_probes(tree: exp.Select) -> bool:
+def has_semijoins(tree: exp.Select) -> bool:
     where = tree.args.get("where")
     return where is not None and bool(_candidates(where.this))
 
 
 def extract(tree: exp.Select, policy: Policy, outer: dict[str, set[str] | None],
-            carrier: str) -> tuple[exp.Select, tuple[Probe, ...]]:
-    """The query with each EXISTS and IN (SELECT ...) of its WHERE that is a probe replaced by a flag column qualified
-    by `carrier` (an outer alias), and the probes. `outer` maps each alias of the outer FROM to its columns (None:
-    unknown). A subquery that is no probe at all (not over one known table, or not correlated by an equality, or an
-    IN not on a private table's unit) is left as written, for the checker to refuse with the forms it answers; one
-    that is a probe but breaks a rule is refused here, with the rule."""
+            carrier: str) -> tuple[exp.Select, tuple[SemiJoin, ...]]:
+    """The query with each EXISTS and IN (SELECT ...) of its WHERE that is a semi-join replaced by a flag column
+    qualified by `carrier` (an outer alias), and the semi-joins. `outer` maps each alias of the outer FROM to its
+    columns (None: unknown). A subquery that is no semi-join at all (not over one known table, or not correlated by
+    an equality, or an IN not on a private table's unit) is left as written, for the checker to refuse with the
+    forms it answers; one that is a semi-join but breaks a rule is refused here, with the rule."""
     where = tree.args.get("where")
     if where is None or not _candidates(where.this):
         return tree, ()
     tree = tree.copy()
     outer = {alias.lower(): columns for alias, columns in outer.items()}
-    probes: list[Probe] = []
+    found: list[SemiJoin] = []
     for node in _candidates(tree.args["where"].this):
-        probe = _probe(node, policy, outer, f"{FLAG}{len(probes)}")
-        if probe is not None:
-            probes.append(probe)
-            node.replace(exp.column(probe.flag, carrier))
-    return tree, tuple(probes)
+        semijoin = _semijoin(node, policy, outer, f"{FLAG}{len(found)}")
+        if semijoin is not None:
+            found.append(semijoin)
+            node.replace(exp.column(semijoin.flag, carrier))
+    return tree, tuple(found)
 
 
 def _candidates(condition: exp.Expression) -> list[exp.Expression]:
@@ -96,7 +96,7 @@ def _candidates(condition: exp.Expression) -> list[exp.Expression]:
     return found
 
 
-def _probe(node: exp.Expression, policy: Policy, outer: dict[str, set[str] | None], flag: str) -> Probe | None:
+def _semijoin(node: exp.Expression, policy: Policy, outer: dict[str, set[str] | None], flag: str) -> SemiJoin | None:
     written = node.sql(DIALECT)
     inner = node.this if isinstance(node, exp.Exists) else node.args["query"]
     inner = inner.this if isinstance(inner, exp.Subquery) else inner
@@ -105,7 +105,7 @@ def _probe(node: exp.Expression, policy: Policy, outer: dict[str, set[str] | Non
             "on equal columns (a.key = outer.column AND ...)")
     if not isinstance(inner, exp.Select) or any(inner.args.get(k) for k in _FORBIDDEN) or any(
             isinstance(n, exp.AggFunc) for n in inner.walk()):
-        return None  # joins, GROUP BY, aggregates, ORDER BY, LIMIT, DISTINCT: not a probe
+        return None  # joins, GROUP BY, aggregates, ORDER BY, LIMIT, DISTINCT: not a semi-join
     source = inner.args["from_"].this if inner.args.get("from_") is not None else None
     relation = public_relation(source) if source is not None else None
     if relation is not None:
@@ -117,7 +117,7 @@ def _probe(node: exp.Expression, policy: Policy, outer: dict[str, set[str] | Non
         if source.args.get("alias") is not None and source.args["alias"].args.get("columns"):
             raise QueryRejected(f"{rule}; column aliases on its table (AS t(x, ...)) are not")
     else:
-        return None  # no table, an unknown one, a subquery: not a probe
+        return None  # no table, an unknown one, a subquery: not a semi-join
     if isinstance(node, exp.In) and not _on_the_unit(node, inner, table):
         return None
     alias = source.alias_or_name.lower()
@@ -138,13 +138,13 @@ def _probe(node: exp.Expression, policy: Policy, outer: dict[str, set[str] | Non
         else:
             residual.append(located)
     if not keys:
-        return None  # not correlated by an equality: not a probe
-    return Probe(flag, written, table, alias, relation, source, tuple(keys),
+        return None  # not correlated by an equality: not a semi-join
+    return SemiJoin(flag, written, table, alias, relation, source, tuple(keys),
                  exp.and_(*residual) if residual else None)
 
 
 def _on_the_unit(node: exp.In, inner: exp.Select, table: TablePolicy) -> bool:
-    """`o.x IN (SELECT a.u FROM t AS a ...)` with u the unit of private t: the IN a probe answers (the unit is never
+    """`o.x IN (SELECT a.u FROM t AS a ...)` with u the unit of private t: the IN a semi-join answers (the unit is never
     NULL, nor is the outer unit, which the checker verifies the column is), where IN and EXISTS agree on every row,
     also under NOT."""
     selected = inner.expressions[0].unalias() if len(inner.expressions) == 1 else None
@@ -212,7 +212,7 @@ def _key(condition: exp.Expression, alias: str) -> tuple[str, exp.Column] | None
 
 @dataclass(frozen=True)
 class Outer:
-    """A FROM source of the relation, as a probe sees it."""
+    """A FROM source of the relation, as a semi-join sees it."""
 
     table: TablePolicy
     physical: str  # its alias in the relation's SQL
@@ -220,86 +220,86 @@ class Outer:
 
 
 @dataclass(frozen=True)
-class CheckedProbe:
-    probe: Probe
+class CheckedSemiJoin:
+    semijoin: SemiJoin
     rows: int  # the most rows of the probed table one row of the relation meets (m_t, or k)
     steps: tuple[str, ...]  # for explain
     work: tuple[person_work.WorkTerm, ...]
     sql: exp.Exists  # the flag's value over the relation's row, in the relation's SQL
 
 
-def checked(probe: Probe, index: int, outer: dict[str, Outer], unit: str | None, m: int, facts: PublicFacts | None,
-            limits: WorkLimits) -> CheckedProbe:
-    """The probe's rules (module docstring), its bound on the rows each relation row meets, its work, and its SQL.
+def checked(semijoin: SemiJoin, index: int, outer: dict[str, Outer], unit: str | None, m: int,
+            facts: PublicFacts | None, limits: WorkLimits) -> CheckedSemiJoin:
+    """The semi-join's rules (module docstring), its bound on the rows each relation row meets, its work, and its SQL.
     `unit`: the relation's unit label (None under row privacy); `m`: the relation's rows of one person."""
-    table, alias = probe.table, probe.alias
+    table, alias = semijoin.table, semijoin.alias
     if table.public:
-        rows = _public_rows_per_key(probe, outer, facts)
-        how = (f"public {'relation' if probe.relation is not None else 'table'} '{alias}' probed on "
-               f"({', '.join(k for k, _ in probe.keys)}): at most {rows} row(s) share one value")
+        rows = _public_rows_per_key(semijoin, outer, facts)
+        how = (f"public {'relation' if semijoin.relation is not None else 'table'} '{alias}' probed on "
+               f"({', '.join(k for k, _ in semijoin.keys)}): at most {rows} row(s) share one value")
     else:
-        _check_private(probe, outer, unit)
+        _check_private(semijoin, outer, unit)
         rows = table.bound.max_rows
         how = (f"private table '{table.name}' probed on its unit column, capped at {rows} row(s) per unit: each row "
                f"meets at most {rows} row(s) of its own unit")
     pairs = m * rows
     if pairs > limits.max_joined_rows:
-        raise QueryRejected(f"{probe.written}: one person's rows could meet {pairs} rows of {table.name} (the policy "
-                            f"allows {limits.max_joined_rows}: [engine] max_joined_rows)")
-    residual, cost = _residual(probe, outer, index)
-    step = f"{probe.written}: {how}; a row filter, m stays {m}"
+        raise QueryRejected(f"{semijoin.written}: one person's rows could meet {pairs} rows of {table.name} (the "
+                            f"policy allows {limits.max_joined_rows}: [engine] max_joined_rows)")
+    residual, cost = _residual(semijoin, outer, index)
+    step = f"{semijoin.written}: {how}; a row filter, m stays {m}"
     work = [*person_work.join_terms(f"EXISTS over {table.name} {alias}", m, pairs)]
     if residual is not None:
-        work.append(person_work.WorkTerm(f"the conditions of {probe.written}", pairs, cost))
-    return CheckedProbe(probe, rows, (step,), tuple(work), _sql(probe, index, outer, residual))
+        work.append(person_work.WorkTerm(f"the conditions of {semijoin.written}", pairs, cost))
+    return CheckedSemiJoin(semijoin, rows, (step,), tuple(work), _sql(semijoin, index, outer, residual))
 
 
-def _public_rows_per_key(probe: Probe, outer: dict[str, Outer], facts: PublicFacts | None) -> int:
-    for mine, other in probe.keys:
-        mine_type = probe.table.columns[mine].type
+def _public_rows_per_key(semijoin: SemiJoin, outer: dict[str, Outer], facts: PublicFacts | None) -> int:
+    for mine, other in semijoin.keys:
+        mine_type = semijoin.table.columns[mine].type
         other_type = outer[other.table].table.columns[other.name].type
         if mine_type is not other_type or mine_type is ColumnType.FLOAT:
-            raise QueryRejected(f"{probe.written}: a public table is probed on equal columns of one type, not float "
-                                f"(as a join key): {probe.alias}.{mine} is {mine_type.value}, "
+            raise QueryRejected(f"{semijoin.written}: a public table is probed on equal columns of one type, not float "
+                                f"(as a join key): {semijoin.alias}.{mine} is {mine_type.value}, "
                                 f"{other.sql(DIALECT)} is {other_type.value}")
-    keys = tuple(dict.fromkeys(mine for mine, _ in probe.keys))
-    if probe.relation is not None:
-        return max(probe.relation.max_rows_per_key(keys), 1)
+    keys = tuple(dict.fromkeys(mine for mine, _ in semijoin.keys))
+    if semijoin.relation is not None:
+        return max(semijoin.relation.max_rows_per_key(keys), 1)
     if facts is None:
-        raise QueryRejected(f"{probe.written}: this engine cannot read public tables")
-    return max(facts.max_rows_per_key(probe.table.name, keys), 1)
+        raise QueryRejected(f"{semijoin.written}: this engine cannot read public tables")
+    return max(facts.max_rows_per_key(semijoin.table.name, keys), 1)
 
 
-def _check_private(probe: Probe, outer: dict[str, Outer], unit: str | None) -> None:
-    table = probe.table
-    rule = (f"{probe.written}: a private table is probed only on its unit column, equal to the unit of the outer "
+def _check_private(semijoin: SemiJoin, outer: dict[str, Outer], unit: str | None) -> None:
+    table = semijoin.table
+    rule = (f"{semijoin.written}: a private table is probed only on its unit column, equal to the unit of the outer "
             "query's rows (a.unit = outer.unit), so that only a person's own rows can meet them")
     if table.row_privacy or table.privacy_unit is None or unit is None:
         raise QueryRejected(f"{rule}; a table with row privacy has no unit")
     if table.unit != unit:
         raise QueryRejected(f"{rule}; '{table.name}' has the unit '{table.unit}', the query's rows '{unit}'")
-    for mine, other in probe.keys:
+    for mine, other in semijoin.keys:
         source = outer[other.table]
         if mine == table.privacy_unit and source.unit and other.name == source.table.privacy_unit:
             return
-    raise QueryRejected(f"{rule}; no condition equals '{probe.alias}.{table.privacy_unit}' to such a unit column")
+    raise QueryRejected(f"{rule}; no condition equals '{semijoin.alias}.{table.privacy_unit}' to such a unit column")
 
 
-def _residual(probe: Probe, outer: dict[str, Outer], index: int) -> tuple[exp.Expression | None, int]:
-    """The probe's other conditions, type-checked over the probed table's and the outer query's columns and made
+def _residual(semijoin: SemiJoin, outer: dict[str, Outer], index: int) -> tuple[exp.Expression | None, int]:
+    """The semi-join's other conditions, type-checked over the probed table's and the outer query's columns and made
     total (typecheck.py), with each column its physical one; and their cost on one pair of rows."""
-    if probe.residual is None:
+    if semijoin.residual is None:
         return None, 0
-    place = f"the conditions of {probe.written}"
-    vet_row_expression(probe.residual, place)
+    place = f"the conditions of {semijoin.written}"
+    vet_row_expression(semijoin.residual, place)
     scope: dict[str, ColumnPolicy] = {}
     physical: dict[str, exp.Column] = {}
 
     def rename(node: exp.Expression) -> exp.Expression:
         if not isinstance(node, exp.Column):
             return node
-        if node.table == probe.alias:
-            name, column, where = f"p{index}_{node.name}", probe.table.columns[node.name], _probe_alias(index)
+        if node.table == semijoin.alias:
+            name, column, where = f"p{index}_{node.name}", semijoin.table.columns[node.name], _probed_alias(index)
         else:
             source = outer[node.table]
             name = f"o{list(outer).index(node.table)}_{node.name}"
@@ -308,7 +308,7 @@ def _residual(probe: Probe, outer: dict[str, Outer], index: int) -> tuple[exp.Ex
         physical[name] = exp.column(exp.to_identifier(node.name, quoted=True), where)
         return exp.column(name)
 
-    renamed = probe.residual.copy().transform(rename)
+    renamed = semijoin.residual.copy().transform(rename)
     typed = typed_expression(renamed, scope, place)
     if typed.kind not in (Kind.BOOL, Kind.NULL):
         raise QueryRejected(f"{place}: the condition is {typed.kind.value}, not boolean: write a comparison")
@@ -318,23 +318,23 @@ def _residual(probe: Probe, outer: dict[str, Outer], index: int) -> tuple[exp.Ex
                              else n), typed.cost
 
 
-def _probe_alias(index: int) -> str:
+def _probed_alias(index: int) -> str:
     return f"__dp_p{index}"
 
 
-def _sql(probe: Probe, index: int, outer: dict[str, Outer], residual: exp.Expression | None) -> exp.Exists:
+def _sql(semijoin: SemiJoin, index: int, outer: dict[str, Outer], residual: exp.Expression | None) -> exp.Exists:
     """EXISTS (SELECT 1 FROM <probed> AS __dp_p<i> WHERE <keys> [AND rank <= m_t] AND <residual, gated>)."""
-    alias = _probe_alias(index)
-    if probe.relation is not None:
-        source = probe.source.this.subquery(alias)
+    alias = _probed_alias(index)
+    if semijoin.relation is not None:
+        source = semijoin.source.this.subquery(alias)
     else:
-        source = exp.to_table(names.prepared_table(probe.table.name)).as_(alias)
+        source = exp.to_table(names.prepared_table(semijoin.table.name)).as_(alias)
     conditions: list[exp.Expression] = [
         exp.EQ(this=exp.column(exp.to_identifier(mine, quoted=True), alias),
                expression=exp.column(exp.to_identifier(other.name, quoted=True), outer[other.table].physical))
-        for mine, other in probe.keys]
-    capped = not probe.table.public and not probe.table.row_privacy
-    within = exp.column(names.RANK, alias) <= probe.table.bound.max_rows
+        for mine, other in semijoin.keys]
+    capped = not semijoin.table.public and not semijoin.table.row_privacy
+    within = exp.column(names.RANK, alias) <= semijoin.table.bound.max_rows
     if capped:
         conditions.append(within)
     if residual is not None:
@@ -344,4 +344,4 @@ def _sql(probe: Probe, index: int, outer: dict[str, Outer], residual: exp.Expres
     return exp.Exists(this=exp.select(exp.Literal.number(1)).from_(source).where(exp.and_(*conditions)))
 
 
-__all__ = ["FLAG", "CheckedProbe", "Outer", "Probe", "checked", "extract", "has_probes"]
+__all__ = ["FLAG", "CheckedSemiJoin", "Outer", "SemiJoin", "checked", "extract", "has_semijoins"]
