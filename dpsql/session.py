@@ -11,19 +11,24 @@ import contextlib
 import getpass
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from sqlglot import exp
+
 from dpsql.analysis.check import check
 from dpsql.analysis.normalize import normalize
-from dpsql.analysis.public_query import public_sql
+from dpsql.analysis.probes import is_probe
+from dpsql.analysis.public_query import public_sql, resolved_sql, vet_query
+from dpsql.analysis.qualified_names import unqualified
+from dpsql.analysis.released import Split, candidates, reads_private
 from dpsql.dp.noise import RandomSource, SecureRandom
-from dpsql.engines.base import Engine
+from dpsql.engines.base import Engine, ReleasedTable
 from dpsql.engines.duckdb_engine import DuckDBEngine
 from dpsql.engines.progress import SILENT, Progress
-from dpsql.errors import DataError, ExecutionFailed, ProgrammingError, shown
+from dpsql.errors import DataError, ExecutionFailed, ProgrammingError, QueryRejected, shown
 from dpsql.planning.accuracy import budget_for_accuracy
 from dpsql.planning.aggregates import VOCABULARY
 from dpsql.planning.plan import Budget, Cost, QueryPlan, plan
@@ -31,7 +36,8 @@ from dpsql.policy import MechanismKind, Policy, load_policy
 from dpsql.release.cells import release, release_no_groups, with_buckets
 from dpsql.release.postprocess import PostProcessor
 from dpsql.rewrite.passes import BoundedQuery, rewrite
-from dpsql.sql.parse import DIALECT, parse
+from dpsql.sql.names import RELEASED
+from dpsql.sql.parse import DIALECT, ParsedQuery, parse
 from dpsql.store.answers import AnswerStore, StoredAnswer, answer_key
 from dpsql.store.ledger import BudgetLedger, Charge, Spending, exact
 
@@ -60,6 +66,14 @@ class PrivateResult:
 
 
 @dataclass(frozen=True)
+class _Outer:
+    """SQL over a released answer, resolved for the public database, and its columns (name, DuckDB type)."""
+
+    sql: str
+    columns: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
 class PreparedQuery:
     plan: QueryPlan
     bounded: BoundedQuery
@@ -75,8 +89,11 @@ class PrivateSession:
                  epsilon: float | None = None, rng: RandomSource | None = None,
                  bounding_seed: int | None = None, threads: int | None = None, create_ledger: bool = False,
                  engine: Engine | None = None, answers: AnswerStore | None = None,
-                 quantile_intervals: bool = True) -> None:
+                 quantile_intervals: bool = True, database: str | None = None) -> None:
         self.policy = policy if isinstance(policy, Policy) else load_policy(policy)
+        # The database the declared tables are in, as tools qualify them (`<database>.public.visits`): the name a
+        # server's client connected with, else the policy file's stem.
+        self.database = database if database is not None else self.policy.path.stem
         self.analyst = analyst or _default_analyst()
         self.default_epsilon = epsilon
         # Whether a quantile (MEDIAN, QUANTILE_CONT, MIN, MAX) spends a quarter of its epsilon on its 95% interval
@@ -96,6 +113,7 @@ class PrivateSession:
         self.answers = answers
         self._prepared: dict[tuple, PreparedQuery] = {}
         self._public: dict[tuple, str | None] = {}
+        self._parses: dict[tuple, ParsedQuery] = {}
 
     def prepare(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None, *,
                 epsilon: float | None = None, accuracy: float | None = None,
@@ -113,7 +131,7 @@ class PrivateSession:
         key = (sql, repr(parameters), budget, accuracy)
         prepared = self._prepared.get(key)
         if prepared is None:
-            parsed = parse(sql, parameters)
+            parsed = self._parsed(sql, parameters)
             canonical = parsed.tree.sql(DIALECT, comments=False)
             facts = self.engine.public_facts()
             checked = check(normalize(parsed, self.policy, facts), self.policy, VOCABULARY, facts)
@@ -142,8 +160,16 @@ class PrivateSession:
         public = self._public_sql(sql, parameters)
         if public is not None:
             return self._public_answer(public)
-        prepared = self.prepare(sql, parameters, epsilon=epsilon, accuracy=accuracy,
-                                quantile_intervals=quantile_intervals)
+        parsed = self._parsed(sql, parameters)
+        if self._is_probe(parsed):
+            names, types = self.engine.describe_declared(parsed.tree.sql(DIALECT))
+            return self._free_answer(names, types, [])
+        cost = {"epsilon": epsilon, "accuracy": accuracy, "quantile_intervals": quantile_intervals}
+        try:
+            prepared = self.prepare(sql, parameters, **cost)
+        except QueryRejected as refused:
+            split, inner_columns, outer = self._released_split(parsed, refused, cost)
+            return self._released_answer(split, inner_columns, outer, cost)
         query_plan = prepared.plan
         key = None
         if self.answers is not None:
@@ -212,8 +238,16 @@ class PrivateSession:
         if public is not None:
             names, types = self.engine.describe_public(public)
             return [OutputColumn(name, kind, False) for name, kind in zip(names, types, strict=True)]
-        prepared = self.prepare(sql, parameters, epsilon=epsilon, accuracy=accuracy,
-                                quantile_intervals=quantile_intervals)
+        parsed = self._parsed(sql, parameters)
+        if self._is_probe(parsed):
+            names, types = self.engine.describe_declared(parsed.tree.sql(DIALECT))
+            return [OutputColumn(name, kind, False) for name, kind in zip(names, types, strict=True)]
+        cost = {"epsilon": epsilon, "accuracy": accuracy, "quantile_intervals": quantile_intervals}
+        try:
+            prepared = self.prepare(sql, parameters, **cost)
+        except QueryRejected as refused:
+            _, _, outer = self._released_split(parsed, refused, cost)
+            return [OutputColumn(name, kind, False) for name, kind in outer.columns]
         query = prepared.plan.query
         return [OutputColumn(name, kind, noisy) for name, kind, noisy in
                 zip(query.output_names, prepared.output_types, query.output_noisy, strict=True)]
@@ -225,16 +259,90 @@ class PrivateSession:
         if key not in self._public:
             if len(self._public) >= _PREPARED_CACHE:
                 self._public.pop(next(iter(self._public)))
-            self._public[key] = public_sql(parse(sql, parameters), self.policy)
+            self._public[key] = public_sql(self._parsed(sql, parameters), self.policy)
         return self._public[key]
 
-    def _public_answer(self, sql: str) -> PrivateResult:
-        """A query of public tables only: run as written, exact, no charge and no ledger entry."""
-        names, types, rows = self.engine.run_public(sql)
+    def _parsed(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None) -> ParsedQuery:
+        """The query parsed, its parameters bound, and tables named `public.t` or `<database>.public.t` read as the
+        declared `t` (analysis/qualified_names.py). Cached per text, as the stages after it are."""
+        key = (sql, repr(parameters))
+        parsed = self._parses.get(key)
+        if parsed is None:
+            parsed = parse(sql, parameters)
+            tree = unqualified(parsed.tree, self.database)
+            parsed = parsed if tree is parsed.tree else replace(parsed, tree=tree)
+            if len(self._parses) >= _PREPARED_CACHE:
+                self._parses.pop(next(iter(self._parses)))
+            self._parses[key] = parsed
+        return parsed
+
+    def _is_probe(self, parsed: ParsedQuery) -> bool:
+        """A column probe: no row whatever the data (analysis/probes.py), answered on empty tables, for free."""
+        return self.engine.answers_probes and is_probe(parsed.tree, self.policy)
+
+    def _free_answer(self, names: Sequence[str], types: Sequence[str], rows: list[tuple[Any, ...]],
+                     ) -> PrivateResult:
         columns = tuple(OutputColumn(name, kind, False) for name, kind in zip(names, types, strict=True))
         nothing = [(None,) * len(columns) for _ in rows]
         return PrivateResult(columns, rows, nothing, list(nothing), Cost(Fraction(0), Fraction(0)),
                              self.ledger.spending(self.analyst), None, len(rows))
+
+    def _released_split(self, parsed: ParsedQuery, refused: QueryRejected,
+                        cost: Mapping[str, Any]) -> tuple[Split, tuple[OutputColumn, ...], _Outer]:
+        """The query as SQL over one private query's released answer (analysis/released.py), checked from the
+        text before anything is charged: the private query prepares, the outer query reads only that answer and
+        public tables, and runs on an empty answer of the same columns. `refused` (the pipeline's reason) if no
+        reading works."""
+        private_outer = False
+        for split in candidates(parsed.tree, self.policy):
+            if reads_private(split.outer, self.policy) or not self._reads_known(split.outer):
+                private_outer = private_outer or reads_private(split.outer, self.policy)
+                continue
+            try:
+                inner = tuple(self.describe(split.inner, None, **cost))
+            except QueryRejected:
+                continue
+            names = [c.name for c in inner]
+            if len(set(names)) != len(names):
+                raise QueryRejected(f"the private query in FROM ({split.alias}) has two columns of the same name: "
+                                    "name each with AS to read it in an outer query")
+            vet_query(split.outer, "SQL over a released answer")
+            sql = resolved_sql(split.outer, self.policy, frozenset({RELEASED}))
+            empty = ReleasedTable(RELEASED, tuple((c.name, c.type) for c in inner), [])
+            outer_names, outer_types, _ = self.engine.run_public(sql, [empty])  # no rows: a type check, free
+            return split, inner, _Outer(sql, tuple(zip(outer_names, outer_types, strict=True)))
+        if private_outer:
+            raise QueryRejected(f"{refused}; nor is it SQL over a released answer: that reads one private query's "
+                                "answer and public tables only (ask each private query on its own)") from None
+        raise refused
+
+    def _reads_known(self, outer: Any) -> bool:
+        """Whether every table the outer query reads is the released answer, its own CTE or a public table."""
+        ctes = {cte.alias_or_name.lower() for cte in outer.find_all(exp.CTE)}
+        for table in outer.find_all(exp.Table):
+            name = table.name
+            if name == RELEASED or name.lower() in ctes:
+                continue
+            declared = self.policy.table(name)
+            if declared is None or not declared.public or table.args.get("db") or not isinstance(
+                    table.this, exp.Identifier):
+                return False
+        return True
+
+    def _released_answer(self, split: Split, inner: tuple[OutputColumn, ...], outer: _Outer,
+                         cost: Mapping[str, Any]) -> PrivateResult:
+        """The private query answered (charged once, as itself), then the outer query over its released rows."""
+        released = self.execute(split.inner, None, **cost)
+        table = ReleasedTable(RELEASED, tuple((c.name, c.type) for c in inner), released.rows)
+        names, types, rows = self.engine.run_public(outer.sql, [table])
+        columns = tuple(OutputColumn(name, kind, False) for name, kind in zip(names, types, strict=True))
+        nothing = [(None,) * len(columns) for _ in rows]
+        return PrivateResult(columns, rows, nothing, list(nothing), released.cost, released.spending, released.plan,
+                             released.released_groups, cached_at=released.cached_at)
+
+    def _public_answer(self, sql: str) -> PrivateResult:
+        """A query of public tables only: run as written, exact, no charge and no ledger entry."""
+        return self._free_answer(*self.engine.run_public(sql))
 
     def spending(self, analyst: str | None = None) -> Spending:
         return self.ledger.spending(analyst)

@@ -93,7 +93,9 @@ def test_joins_are_answered_with_public_domains_and_the_derived_bound(session) -
 PER_UNIT_REFUSED = [
     ("SELECT COUNT(*) FROM (SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id, region) p",
      "exactly the unit column"),
-    ("SELECT COUNT(*) FROM (SELECT region, COUNT(*) AS n FROM visits GROUP BY region) p", "exactly the unit"),
+    # Answerable on its own, but the outer query reads a private table: no post-processing (tests/test_released.py).
+    ("SELECT COUNT(*) FROM (SELECT region, COUNT(*) AS n FROM visits GROUP BY region) p JOIN patients q "
+     "ON p.n = q.patient_id", "exactly the unit.*one private query's answer and public tables only"),
     ("SELECT COUNT(*) FROM (SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id "
      "HAVING region = 'north') p", "aggregates only"),
     ("SELECT COUNT(*) FROM (SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id "
@@ -117,7 +119,8 @@ PER_UNIT_REFUSED = [
      "ON v.age = p.n", "equals their unit columns"),
     ("SELECT COUNT(*) FROM (SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id) p "
      "JOIN __dp_sub0 q ON p.patient_id = q.patient_id", "unknown table"),
-    ("SELECT COUNT(*) FROM (SELECT DISTINCT region FROM visits) p", "per-unit aggregation only"),
+    ("SELECT COUNT(*) FROM (SELECT DISTINCT region FROM visits) p JOIN visits v ON v.region = p.region",
+     "per-unit aggregation only"),
 ]
 
 

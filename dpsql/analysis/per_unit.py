@@ -51,7 +51,8 @@ _AGGREGATES = {exp.Count: "COUNT", exp.Sum: "SUM", exp.Avg: "AVG", exp.Min: "MIN
 # A derived integer with at most this many values (COUNT per unit: 0..m) is a public domain of group keys.
 MAX_DERIVED_DOMAIN = 1000
 _RULE = ("subqueries in FROM are supported as per-unit aggregation only: SELECT unit, COUNT(*) AS n, "
-         "SUM(x) AS s, ... FROM t [WHERE ...] GROUP BY unit")
+         "SUM(x) AS s, ... FROM t [WHERE ...] GROUP BY unit (or as a private query answerable on its own, whose "
+         "released rows the outer query reads)")
 
 
 def resolve_per_unit(tree: exp.Select, policy: Policy, type_check: TypeCheck,

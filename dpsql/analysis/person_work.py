@@ -99,13 +99,13 @@ def grouping_terms(groupings: int, aggregates: int) -> list[tuple[str, int]]:
     return [(f"aggregating each row into {groupings} groupings", (groupings - 1) * ROW * (2 + aggregates))]
 
 
-def stage_terms(rows: int, filter_cost: int | None, filter_text: str, expressions: Sequence[tuple[str, int]],
-                filter_runs: int = 1) -> list[WorkTerm]:
-    """Rows through a filter (evaluated `filter_runs` times on each), then through keys and aggregate arguments
-    (`expressions`: their text and cost per row) and the stages that project and aggregate them."""
+def stage_terms(rows: int, filter_cost: int | None, filter_text: str,
+                expressions: Sequence[tuple[str, int]]) -> list[WorkTerm]:
+    """Rows through a filter (once on each), then through keys and aggregate arguments (`expressions`: their text
+    and cost per row) and the stages that project and aggregate them."""
     terms = [WorkTerm("reading and aggregating the rows", rows, ROW * (3 + len(expressions)))]
     if filter_cost is not None:
-        terms.append(WorkTerm(filter_text, rows, filter_runs * filter_cost))
+        terms.append(WorkTerm(filter_text, rows, filter_cost))
     terms += [WorkTerm(text, rows, cost) for text, cost in expressions]
     return terms
 
@@ -138,18 +138,20 @@ def with_lookahead(terms: Sequence[WorkTerm], passes: int, limits: WorkLimits, f
     fixed = bound(terms, passes, limits, groups)
     room = (fixed.limit - fixed.total) // passes
 
-    def cost(examined: int) -> int:  # the filter's runs, and the window that ranks the rows past the lists
-        return filter_runs(examined, m) * filter_cost + (2 * ROW * examined if examined > m + LISTED else 0)
+    def read(examined: int) -> list[WorkTerm]:
+        """The filter's runs, and past the lists the window that ranks the rows read."""
+        ranked = [WorkTerm("ranking the rows the filter reads", examined, 2 * ROW)] if examined > m + LISTED else []
+        return [WorkTerm(filter_text, filter_runs(examined, m), filter_cost), *ranked]
+
+    def cost(examined: int) -> int:
+        return sum(term.total for term in read(examined))
 
     examined = m
     if cost(m + LISTED + 1) <= room:
-        per_row = filter_cost + 2 * ROW
-        examined = min(MAX_EXAMINED, m + LISTED + 1 + (room - cost(m + LISTED + 1)) // per_row)
+        examined = min(MAX_EXAMINED, m + LISTED + 1 + (room - cost(m + LISTED + 1)) // (filter_cost + 2 * ROW))
     elif cost(m + LISTED) <= room:
         examined = m + LISTED
-    runs = filter_runs(examined, m)
-    work = PersonWork((*fixed.terms, WorkTerm(filter_text, runs, cost(examined) // runs)), passes, fixed.limit,
-                      examined, fixed.release)
+    work = PersonWork((*fixed.terms, *read(examined)), passes, fixed.limit, examined, fixed.release)
     _refuse_over(work, limits)
     return work
 

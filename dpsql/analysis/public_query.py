@@ -23,7 +23,10 @@ _QUERY_NODES = frozenset((
     exp.With, exp.CTE, exp.Star, exp.Alias, exp.Exists,
 ))
 _AGGREGATES = frozenset((exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max))
-_ALLOWED = ROW_NODES | _QUERY_NODES | _AGGREGATES
+# Window functions over public rows (and over released answers: post-processing) are as public as the rows.
+_WINDOWS = frozenset((exp.Window, exp.WindowSpec, exp.RowNumber, exp.Rank, exp.DenseRank, exp.NthValue,
+                      exp.FirstValue, exp.LastValue, exp.Lag, exp.Lead, exp.Ntile, exp.PercentRank, exp.CumeDist))
+_ALLOWED = ROW_NODES | _QUERY_NODES | _AGGREGATES | _WINDOWS
 
 
 def public_sql(parsed: ParsedQuery, policy: Policy) -> str | None:
@@ -50,14 +53,26 @@ def public_sql(parsed: ParsedQuery, policy: Policy) -> str | None:
         declared = policy.table(table.name)
         if declared is None or not declared.public:
             return None
+    vet_query(tree, "a query of public tables")
+    return resolved_sql(tree, policy)
+
+
+def vet_query(tree: exp.Expression, what: str) -> None:
+    """Refuse any node off the allowlist: the vetted row functions, plain aggregates, windows, a SELECT's parts."""
     for node in tree.walk():
         if type(node) not in _ALLOWED:
-            raise QueryRejected(f"{describe(node)} is not in the list of vetted SQL functions (a query of public "
-                                "tables runs as written, with the functions allowed in private queries and "
-                                "COUNT, SUM, AVG, MIN, MAX)")
+            raise QueryRejected(f"{describe(node)} is not in the list of vetted SQL functions ({what} runs as "
+                                "written, with the functions allowed in private queries, COUNT, SUM, AVG, MIN, MAX "
+                                "and window functions)")
+
+
+def resolved_sql(tree: exp.Expression, policy: Policy, own: frozenset[str] = frozenset()) -> str:
+    """The SQL with each declared public table read from its loaded copy; the query's CTEs and the names in `own`
+    (released answers, engines/base.ReleasedTable) stay as written."""
+    ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
     resolved = tree.copy()
     for table in list(resolved.find_all(exp.Table)):
-        if table.name.lower() in ctes:
+        if table.name.lower() in ctes or table.name in own:
             continue
         alias = table.args.get("alias")
         loaded = exp.to_table(prepared_table(policy.table(table.name).name))

@@ -10,9 +10,21 @@ plans) stays on that engine.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from dpsql.analysis.public_facts import PublicFacts
+
+
+@dataclass(frozen=True)
+class ReleasedTable:
+    """A released answer, as a table SQL over it reads (post-processing): its columns (name, DuckDB type) and
+    rows. Released means public: it may sit beside the public tables."""
+
+    name: str
+    columns: tuple[tuple[str, str], ...]
+    rows: list[tuple[Any, ...]]
 
 
 class Engine(ABC):
@@ -24,6 +36,7 @@ class Engine(ABC):
     # Whether each private table comes with its later-rows table (rewrite/bounding.later_rows), which the filtered
     # cap reads instead of ranking those rows again.
     lists_earlier_rows: bool = True
+    answers_probes: bool = False  # whether describe_declared works (column probes are answered without data)
 
     @abstractmethod
     def dry_run(self, sql: str) -> list[str]:
@@ -40,9 +53,16 @@ class Engine(ABC):
         """Facts of the public tables, for joins with them; None: this engine holds none."""
         return None
 
-    def run_public(self, sql: str) -> tuple[list[str], list[str], list[tuple[Any, ...]]]:
-        """The column names, types and rows of a query that reads public tables only (analysis/public_query.py)."""
+    def run_public(self, sql: str, released: Sequence[ReleasedTable] = ()) -> tuple[list[str], list[str],
+                                                                                    list[tuple[Any, ...]]]:
+        """The column names, types and rows of a query that reads public tables only (analysis/public_query.py),
+        and the released answers given, for the time of the query."""
         raise NotImplementedError("this engine holds no public tables")
+
+    def describe_declared(self, sql: str) -> tuple[list[str], list[str]]:
+        """The column names and types of a query over empty copies of the declared tables (a column probe:
+        analysis/probes.py): no row of any table is there."""
+        raise NotImplementedError("this engine cannot describe queries on the declared tables")
 
     def describe_public(self, sql: str) -> tuple[list[str], list[str]]:
         """The column names and types of a query that reads public tables only, without reading a row."""

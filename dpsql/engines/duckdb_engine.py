@@ -14,7 +14,7 @@ import glob
 import hashlib
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,8 @@ from sqlglot import exp
 
 from dpsql.analysis.public_facts import PublicFacts
 from dpsql.engines import store
-from dpsql.engines.base import Engine
+from dpsql.engines.base import Engine, ReleasedTable
+from dpsql.engines.declared import DeclaredTables
 from dpsql.engines.loading import TableLoader, portable_ranks
 from dpsql.engines.progress import SILENT, Progress, duckdb_percent
 from dpsql.engines.public_facts import DuckDBPublicFacts
@@ -69,6 +70,8 @@ _STARTUP_CONFIG = {
 
 class DuckDBEngine(Engine):
     """A sandboxed in-memory DuckDB holding the policy's tables, prepared for bounded queries."""
+
+    answers_probes = True
 
     def __init__(self, policy: Policy, *, bounding_seed: int | None = None, threads: int | None = None,
                  progress: Progress = SILENT) -> None:
@@ -121,6 +124,9 @@ class DuckDBEngine(Engine):
             self._public = (public, Watchdog(public, policy.time_limit))
         self._facts = DuckDBPublicFacts(policy, lambda sql: self._con.execute(sql).fetchall(), self._lock,
                                         self._public_values, self._public_lock)
+        self._policy = policy
+        self._declared: DeclaredTables | None = None  # made on the first column probe
+        self._declared_lock = threading.Lock()
 
     def _public_database(self) -> tuple[duckdb.DuckDBPyConnection, Watchdog]:
         """The public database and its time limit (the caller holds the public lock)."""
@@ -220,17 +226,27 @@ class DuckDBEngine(Engine):
     def interrupt(self) -> None:
         self._watchdog.interrupt_now()
 
-    def run_public(self, sql: str) -> tuple[list[str], list[str], list[tuple[Any, ...]]]:
-        """Run a query of public tables as written, in the public database. Its errors are about public data only,
-        so they are shown."""
+    def run_public(self, sql: str, released: Sequence[ReleasedTable] = ()) -> tuple[list[str], list[str],
+                                                                                    list[tuple[Any, ...]]]:
+        """Run a query of public tables (and of the released answers given) as written, in the public database.
+        Its errors are about public data only, so they are shown. A released answer is a temporary table there for
+        the query's transaction, which is always rolled back: nothing of it stays."""
         with self._public_lock:
             public, watchdog = self._public_database()
             public.execute("BEGIN TRANSACTION")
             try:
+                for table in released:
+                    _create_released(public, table)
                 with watchdog.running():
                     return _public_answer(public, sql)
             finally:
                 public.execute("ROLLBACK")
+
+    def describe_declared(self, sql: str) -> tuple[list[str], list[str]]:
+        with self._declared_lock:
+            if self._declared is None:
+                self._declared = DeclaredTables(self._policy)
+        return self._declared.describe(sql)
 
     def describe_public(self, sql: str) -> tuple[list[str], list[str]]:
         """The column names and types of a query of public tables (a wire Describe): public data, so it simply
@@ -261,6 +277,9 @@ class DuckDBEngine(Engine):
                 public, watchdog = self._public
                 watchdog.close()
                 public.close()
+        with self._declared_lock:
+            if self._declared is not None:
+                self._declared.close()
 
 
 def data_version(policy: Policy) -> str:
@@ -309,6 +328,16 @@ def _public_answer(cursor: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[st
     except duckdb.Error as exc:
         raise QueryRejected(f"the query of public tables failed: {first_line(exc)}") from None
     return [d[0] for d in result.description], [str(d[1]) for d in result.description], rows
+
+
+def _create_released(con: duckdb.DuckDBPyConnection, table: ReleasedTable) -> None:
+    columns = ", ".join(f"{_quote(name)} {kind}" for name, kind in table.columns)
+    con.execute(f"CREATE TEMP TABLE {_quote(table.name)} ({columns})")
+    width = len(table.columns)
+    for start in range(0, len(table.rows), 500):
+        batch = table.rows[start:start + 500]
+        values = ", ".join("(" + ", ".join("?" * width) + ")" for _ in batch)
+        con.execute(f"INSERT INTO {_quote(table.name)} VALUES {values}", [v for row in batch for v in row])
 
 
 def _quote(name: str) -> str:

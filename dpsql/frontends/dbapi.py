@@ -27,7 +27,18 @@ from typing import Any
 
 from dpsql import errors
 from dpsql.dp.noise import RandomSource
-from dpsql.errors import InterfaceError, NotSupportedError, ProgrammingError
+from dpsql.errors import (  # PEP 249's exceptions are module attributes (SQLAlchemy's dialect reads them here)
+    DatabaseError,
+    DataError,
+    Error,
+    IntegrityError,
+    InterfaceError,
+    InternalError,
+    NotSupportedError,
+    OperationalError,
+    ProgrammingError,
+    Warning,
+)
 from dpsql.frontends.explain import explain
 from dpsql.frontends.format import why_no_rows
 from dpsql.planning.plan import Cost
@@ -299,3 +310,11 @@ class Cursor:
         if self._result is None:
             raise ProgrammingError("no query has been run on this cursor")
         return self._result
+
+
+__all__ = [
+    "BINARY", "DATETIME", "NUMBER", "ROWID", "STRING", "Binary", "Connection", "Cursor", "DataError", "DatabaseError",
+    "Date", "DateFromTicks", "Error", "IntegrityError", "InterfaceError", "InternalError", "NotSupportedError",
+    "OperationalError", "ProgrammingError", "Time", "TimeFromTicks", "Timestamp", "TimestampFromTicks", "Warning",
+    "apilevel", "connect", "paramstyle", "threadsafety",
+]

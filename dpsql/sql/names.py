@@ -47,6 +47,7 @@ VALUES = "__dp_values"
 INTEGERS = "__dp_integers"
 CODED = "__dp_coded"  # the grouped rows whose coded keys are decoded (rewrite/passes.decode_keys)
 ONE = "__dp_one"
+RELEASED = "__dp_released"  # a released answer, read by SQL over it (post-processing: analysis/released.py)
 
 
 def key(index: int) -> str:

@@ -277,7 +277,8 @@ def literal(value: Any) -> exp.Expression:
                         "timestamps, not times; pass a datetime, or compare EXTRACT(hour FROM a timestamp column)")
     if isinstance(value, bytes | bytearray | memoryview):
         raise DataError("bytes have no column to be compared with: there are no binary columns; pass text (str)")
-    raise DataError(f"cannot bind a parameter of type {_type_name(value)}")
+    raise DataError(f"cannot bind a parameter of type {_type_name(value)}: pass a number, text, a boolean, a date, "
+                    "a datetime or None")
 
 
 def _exact_python_value(value: Any) -> Any:

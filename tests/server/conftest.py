@@ -146,3 +146,9 @@ def error_fields(body: bytes) -> dict[str, str]:
         if part:
             fields[chr(part[0])] = part[1:].decode()
     return fields
+
+
+def url(running: RunningServer, scheme: str = "postgresql", user: str = "alice") -> str:
+    """A connection URL (SQLAlchemy, connectorx, ADBC): the password percent-encoded."""
+    password = PASSWORDS[user].replace(" ", "%20")
+    return f"{scheme}://{user}:{password}@127.0.0.1:{running.port}/visits"

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import math
 import re
+import zoneinfo
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
 from dpsql.errors import DataError, ProgrammingError
+from dpsql.frontends.server.copy import CopyFormat
 from dpsql.store.ledger import Spending, exact
 
 SERVER_VERSION = "16.0"
@@ -56,7 +58,7 @@ REPORTED = ("server_version", "server_encoding", "client_encoding", "DateStyle",
             "integer_datetimes", "standard_conforming_strings", "application_name", "is_superuser",
             "session_authorization")
 _READ_ONLY = {"server_version", "server_encoding", "integer_datetimes", "is_superuser", "session_authorization",
-              "server_version_num", "max_identifier_length"}
+              "server_version_num", "max_identifier_length", "max_index_keys", "block_size", "lc_collate", "lc_ctype"}
 EPSILON = "dpsql.epsilon"
 ACCURACY = "dpsql.accuracy"
 INTERVALS = "dpsql.intervals"
@@ -77,9 +79,19 @@ def _datestyle(value: str) -> str:
     return value
 
 
+def _time_zone(value: str) -> str:
+    """Any zone the system knows: dpsql releases no value with a time zone (its timestamps are without one), so the
+    setting changes no answer; pgcli sets the machine's own zone at start."""
+    try:
+        zoneinfo.ZoneInfo(value.strip())
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise InvalidSettingValue(f'invalid value for parameter "TimeZone": {value!r}') from None
+    return value.strip()
+
+
 _VALIDATORS: dict[str, Callable[[str], str]] = {
     "client_encoding": _one_of("utf8", "unicode"),
-    "timezone": _one_of("utc", "gmt", "etc/utc", "z", "zulu", "universal"),
+    "timezone": _time_zone,
     "datestyle": _datestyle,
     "standard_conforming_strings": _one_of("on", "true"),
     "intervalstyle": _one_of("postgres"),
@@ -102,7 +114,9 @@ class Settings:
                  "IntervalStyle": "postgres", "TimeZone": "UTC", "integer_datetimes": "on",
                  "standard_conforming_strings": "on", "application_name": startup.get("application_name", ""),
                  "is_superuser": "off", "session_authorization": user, "max_identifier_length": "63",
-                 "search_path": '"$user", public', "transaction_isolation": "read committed"}
+                 "search_path": '"$user", public', "transaction_isolation": "read committed",
+                 # What drivers read from pg_settings (pgjdbc's key metadata: max_index_keys).
+                 "max_index_keys": "32", "block_size": "8192", "lc_collate": "C", "lc_ctype": "C"}
         return cls({name.lower(): (name, value) for name, value in spelt.items()})
 
     def get(self, name: str) -> str:
@@ -169,6 +183,7 @@ class Answer:
     notices: tuple[str, ...] = ()
     reported: tuple[str, ...] = ()  # reported parameters that changed
     transaction: str | None = None  # "begin" or "end"
+    copy: CopyFormat | None = None  # COPY ... TO STDOUT: the rows travel as CopyData in this format
 
 
 @dataclass
@@ -193,11 +208,6 @@ class LocalCommand:
     columns: tuple[tuple[str, str], ...]
     run: Callable[[Context], Answer]
     parameters: int = 0  # how many $n parameters it takes (catalog queries; the rest take none)
-
-
-def _select(name: str, kind: str, value: Callable[[Context], Any]) -> LocalCommand:
-    columns = ((name, kind),)
-    return LocalCommand(columns, lambda ctx: Answer(columns, [(value(ctx),)], "SELECT 1"))
 
 
 _BUDGET_COLUMNS = (("analyst", "VARCHAR"), ("epsilon_spent", "DOUBLE"), ("epsilon_remaining", "DOUBLE"),
@@ -266,17 +276,13 @@ _RULES: list[tuple[str, Callable[[re.Match[str]], LocalCommand]]] = [
     (r"set (?:session |local )?time zone (.+)", lambda m: _set("TimeZone", _value(m.group(1)))),
     (rf"reset ({_NAME})", lambda m: _set(_unquote_name(m.group(1)), None)),
     (r"show transaction isolation level", lambda m: _show("transaction_isolation")),  # SQLAlchemy asks so
+    (r"show time zone", lambda m: _show("TimeZone")),  # pgcli asks so
+    (r"set (?:session |local )?transaction .*", lambda m: _tag("SET")),  # isolation levels: nothing ever writes
+    (r"set session characteristics as transaction .*", lambda m: _tag("SET")),
+    (r"reset all", lambda m: LocalCommand((), _discard_all)),
+    (rf"deallocate (?:prepare )?(?:all|{_NAME})", lambda m: _tag("DEALLOCATE")),
+    (r"unlisten \*", lambda m: _tag("UNLISTEN")),
     (rf"show ({_NAME})", lambda m: _show(_unquote_name(m.group(1)))),
-    (r"select (?:pg_catalog\.)?version\(\)", lambda m: _select("version", "VARCHAR", lambda ctx: version_text())),
-    (r"select (current_user|session_user|user|current_role)",
-     lambda m: _select(m.group(1), "VARCHAR", lambda ctx: ctx.user)),
-    (r"select (?:pg_catalog\.)?current_setting\('([^']+)'\)",
-     lambda m: _select("current_setting", "VARCHAR", lambda ctx: ctx.settings.get(m.group(1)))),
-    (r"select (?:pg_catalog\.)?current_database\(\)",
-     lambda m: _select("current_database", "VARCHAR", lambda ctx: ctx.database)),
-    (r"select (?:pg_catalog\.)?current_schema\(\)",
-     lambda m: _select("current_schema", "VARCHAR", lambda ctx: "public")),
-    (r"select 1", lambda m: _select("?column?", "INTEGER", lambda ctx: 1)),
     (r"discard all", lambda m: LocalCommand((), _discard_all)),
 ]
 
@@ -302,14 +308,12 @@ def _unquote_name(name: str) -> str:
 def _value(text: str) -> str:
     """A SET value: a quoted string, a number, a word, or a comma-separated list of them, as text."""
     parts = []
-    for part in re.findall(r"'(?:[^']|'')*'|[^,]+", text):
+    for part in re.findall(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|[^,]+", text):
         part = part.strip()
-        parts.append(part[1:-1].replace("''", "'") if part.startswith("'") and part.endswith("'") else part)
+        if len(part) > 1 and part[0] == part[-1] and part[0] in "'\"":
+            part = part[1:-1].replace(part[0] * 2, part[0])
+        parts.append(part)
     return ", ".join(p for p in parts if p)
 
 
-def explain_target(sql: str) -> str | None:
-    """The query of an `EXPLAIN <query>` statement, or None."""
-    match = re.fullmatch(r"\s*explain\s+(.+?)[\s;]*", sql, re.IGNORECASE | re.DOTALL)
-    return match.group(1) if match is not None else None
 

@@ -206,3 +206,16 @@ CLOSE_COMPLETE = message(b"3")
 NO_DATA = message(b"n")
 EMPTY_QUERY = message(b"I")
 PORTAL_SUSPENDED = message(b"s")
+
+
+def copy_out_response(binary: bool, columns: int) -> bytes:
+    """CopyOutResponse: the overall format and each column's (all the same)."""
+    code = 1 if binary else 0
+    return message(b"H", struct.pack(f"!bh{columns}h", code, columns, *([code] * columns)))
+
+
+def copy_data(data: bytes) -> bytes:
+    return message(b"d", data)
+
+
+COPY_DONE = message(b"c")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import errno
 import functools
 import hmac
@@ -47,9 +48,12 @@ from dpsql.frontends.explain import explain
 from dpsql.frontends.format import headers, records, why_no_rows
 from dpsql.frontends.server import protocol as pq
 from dpsql.frontends.server import types
-from dpsql.frontends.server.catalog import Catalog, is_catalog_query, parameter_count
-from dpsql.frontends.server.commands import Answer, Context, LocalCommand, Settings, explain_target, local_command
+from dpsql.frontends.server.catalog import Catalog, CatalogStatement, ConnectionFacts, CursorFacts
+from dpsql.frontends.server.commands import Answer, Context, LocalCommand, Settings, version_text
+from dpsql.frontends.server.copy import CopyStatement, copy_rows
+from dpsql.frontends.server.cursors import Close, Cursors, Declare, Fetch
 from dpsql.frontends.server.parameters import dummy_value, parameter_types
+from dpsql.frontends.server.router import Explain, Private, Route, query_route, route
 from dpsql.frontends.server.scram import ScramError, ScramExchange, end_point_hash
 from dpsql.frontends.server.statements import split_statements
 from dpsql.frontends.server.users import UserStore, users_path
@@ -153,7 +157,9 @@ class DpsqlServer:
         # Sessions are made and closed and statements run in these threads; queries take the engine in turn.
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="dpsql-server")
         self.engine_turn = asyncio.Lock()
-        self.catalog = Catalog(policy)  # catalog queries: an empty copy of the declared schema, never the engine
+        # Catalog queries: PostgreSQL's catalog generated from the policy, in a database of its own, never the engine.
+        self.catalog = Catalog(policy, version_text())
+        self.started = datetime.datetime.now(datetime.UTC)
         # Answers already released, shared by every connection: a dashboard refreshing pays once (store/answers.py).
         self.answers: AnswerStore | None = None
 
@@ -207,6 +213,7 @@ class DpsqlServer:
         await asyncio.get_running_loop().run_in_executor(None, self.executor.shutdown)
         if self._owns_engine and self.engine is not None:
             self.engine.close()
+        self.catalog.close()
         if self.answers is not None:
             self.answers.close()
 
@@ -242,13 +249,12 @@ class DpsqlServer:
 
 @dataclass
 class Statement:
-    """A parsed (extended protocol) statement: its text, what it is, and its parameters' types."""
+    """A parsed (extended protocol) statement: its text, where it goes, and its parameters' types."""
 
     sql: str
     declared: list[int]  # the OIDs the client gave (0: unspecified)
     reported: list[int]  # the OIDs the server reports: declared, else inferred
-    command: LocalCommand | None = None
-    explained: str | None = None  # the query of an EXPLAIN
+    route: Route
 
 
 @dataclass
@@ -266,6 +272,7 @@ class _State:
     skipping: bool = False  # after an error in the extended protocol: discard messages until Sync
     statements: dict[str, Statement] = field(default_factory=dict)
     portals: dict[str, Portal] = field(default_factory=dict)
+    cursors: Cursors = field(default_factory=Cursors)
 
 
 class Connection:
@@ -277,6 +284,7 @@ class Connection:
         self.process_id = process_id
         self.secret = secret
         self.user = ""
+        self.database = ""
         self.session: PrivateSession | None = None
         self.settings: Settings | None = None
         self.state = _State()
@@ -379,9 +387,11 @@ class Connection:
             raise WireError("28000", "this server accepts TLS connections only (use sslmode=require)", "FATAL")
         await self._authenticate(user)
         self.user = user
+        self.database = startup.get("database") or user  # as PostgreSQL: the user's name if none is given
         self.settings = Settings.initial(user, startup)
         self.session = await self._in_thread(self.server._session_factory, self.server.policy, user,
-                                             engine=self.server.engine, answers=self.server.answers)
+                                             engine=self.server.engine, answers=self.server.answers,
+                                             database=self.database)
         for name in ("server_version", "server_encoding", "client_encoding", "DateStyle", "IntervalStyle",
                      "TimeZone", "integer_datetimes", "standard_conforming_strings", "application_name",
                      "is_superuser", "session_authorization"):
@@ -477,11 +487,30 @@ class Connection:
             except Exception as exc:
                 self._send_error(exc)
                 break
+            if answer.copy is not None:
+                self._send_copy(answer)
+                continue
             if answer.columns:
                 self._send(pq.row_description([types.field(n, t, 0) for n, t in answer.columns]))
             self._send_answer(answer, [0] * len(answer.columns), 0, len(answer.rows))
             self._send(pq.command_complete(answer.tag))
         self._send(pq.ready_for_query(self.state.transaction))
+
+    def _send_copy(self, answer: Answer) -> None:
+        """COPY ... TO STDOUT: CopyOutResponse, a CopyData per row (and the format's header and trailer), CopyDone,
+        then the command tag; notices first, as for any answer."""
+        assert answer.copy is not None
+        oids = [types.wire_type(t).oid for _, t in answer.columns]
+        if answer.copy.binary:
+            _check_binary(answer.columns, [1] * len(answer.columns))
+        data = list(copy_rows([n for n, _ in answer.columns], oids, answer.rows, answer.copy))
+        for notice in answer.notices:
+            self._send(pq.notice_response(notice))
+        self._send(pq.copy_out_response(answer.copy.binary, len(answer.columns)))
+        for chunk in data:
+            self._send(pq.copy_data(chunk))
+        self._send(pq.COPY_DONE)
+        self._send(pq.command_complete(answer.tag))
 
     def _send_answer(self, answer: Answer, formats: list[int], start: int, stop: int) -> None:
         oids = [types.wire_type(t).oid for _, t in answer.columns]
@@ -501,49 +530,86 @@ class Connection:
     # ---- statements ------------------------------------------------------------------------------------------
 
     def _statement(self, sql: str, declared: list[int], *, infer: bool = True) -> Statement:
-        command = local_command(sql)
-        if command is not None:
-            return Statement(sql, declared, declared, command=command)
-        if is_catalog_query(sql):
-            command = self._catalog_command(sql)
+        where = route(sql, self.server.catalog)
+        if isinstance(where, CatalogStatement):
             # Parameters the client left untyped are text, as PostgreSQL would resolve a name or pattern.
-            reported = declared + [types.TEXT] * (command.parameters - len(declared))
-            return Statement(sql, declared, reported, command=command)
-        explained = explain_target(sql)
-        reported = parameter_types(explained or sql, declared, self.server.policy) if infer else declared
-        return Statement(sql, declared, reported, explained=explained)
-
-    def _catalog_command(self, sql: str) -> LocalCommand:
-        count = parameter_count(sql)
-        columns, rows = self.server.catalog.run(sql, [None] * count)
-
-        def run(ctx: Context) -> Answer:
-            # An untyped parameter arrives as text whose type its place decides: in a catalog query, it is text.
-            values = [p.text if isinstance(p, TextParameter) else p for p in ctx.parameters]
-            found = rows if not count else self.server.catalog.run(sql, values)[1]
-            return Answer(columns, found, f"SELECT {len(found)}")
-        return LocalCommand(columns, run, count)
+            reported = declared + [types.TEXT_ARRAY if n in where.translated.arrays else types.TEXT
+                                   for n in range(len(declared) + 1, where.parameters + 1)]
+        else:
+            query = _query_of(where)
+            reported = parameter_types(query, declared, self.server.policy) if infer and query is not None \
+                else declared
+        return Statement(sql, declared, reported, where)
 
     async def _answer(self, statement: Statement, parameters: list[Any]) -> Answer:
-        assert self.session is not None and self.settings is not None
-        session, settings = self.session, self.settings
-        cost = _costs(settings)
-        bound = parameters or None
-        if statement.command is not None:
-            if len(parameters) != statement.command.parameters:
-                raise ProgrammingError(f"this statement takes {statement.command.parameters or 'no'} parameters, "
+        where = statement.route
+        if isinstance(where, LocalCommand):
+            assert self.session is not None and self.settings is not None
+            session = self.session
+            if len(parameters) != where.parameters:
+                raise ProgrammingError(f"this statement takes {where.parameters or 'no'} parameters, "
                                        f"not {len(parameters)}")
-            context = Context(settings, self.user, lambda: session.spending(self.user), parameters=parameters)
-            return await self._in_thread(statement.command.run, context)
-        if statement.explained is not None:
-            text = await self._with_engine(lambda: explain(session.prepare(statement.explained, bound, **cost).plan,
+            context = Context(self.settings, self.user, lambda: session.spending(self.user), database=self.database,
+                              parameters=parameters)
+            answer = await self._in_thread(where.run, context)
+            if answer.transaction == "end":
+                self.state.cursors.end_transaction()
+            return answer
+        if isinstance(where, Fetch):
+            return self.state.cursors.fetch(where)
+        if isinstance(where, Close):
+            return self.state.cursors.close(where)
+        if isinstance(where, Declare):
+            answer = await self._query_answer(query_route(where.query, self.server.catalog), parameters)
+            return self.state.cursors.add(where, answer, self.state.transaction != b"I")
+        if isinstance(where, CopyStatement):
+            answer = await self._query_answer(query_route(where.query, self.server.catalog), parameters)
+            return replace(answer, copy=where.format, tag=f"COPY {len(answer.rows)}")
+        if isinstance(where, Explain):
+            assert self.session is not None and self.settings is not None
+            session, cost, bound = self.session, _costs(self.settings), parameters or None
+            text = await self._with_engine(lambda: explain(session.prepare(where.query, bound, **cost).plan,
                                                            listed=session.engine.lists_earlier_rows))
             return Answer(_EXPLAIN_COLUMNS, [(line,) for line in text.splitlines()], "EXPLAIN")
-        result = await self._with_engine(lambda: session.execute(statement.sql, bound, **cost))
+        return await self._query_answer(where, parameters)
+
+    async def _query_answer(self, where: CatalogStatement | Private, parameters: list[Any]) -> Answer:
+        """A query's answer: the catalog's, or the private session's (charged there, once)."""
+        if isinstance(where, CatalogStatement):
+            if len(parameters) != where.parameters:
+                raise ProgrammingError(f"this statement takes {where.parameters or 'no'} parameters, "
+                                       f"not {len(parameters)}")
+            # An untyped parameter arrives as text whose type its place decides: in a catalog query, it is text.
+            values = [types.text_array(p.text) if isinstance(p, TextParameter) and i + 1 in where.translated.arrays
+                      else p.text if isinstance(p, TextParameter) else p for i, p in enumerate(parameters)]
+            columns, rows = await self._in_thread(self.server.catalog.run, where, self._facts(), values)
+            return Answer(tuple(columns), rows, f"SELECT {len(rows)}")
+        assert self.session is not None and self.settings is not None
+        session, settings = self.session, self.settings
+        cost, bound = _costs(settings), parameters or None
+        result = await self._with_engine(lambda: session.execute(where.sql, bound, **cost))
         return self._private_answer(result, settings.intervals)
+
+    def _facts(self) -> ConnectionFacts:
+        """What the catalog shows of this connection: its login, settings and cursors."""
+        assert self.settings is not None
+        settings = self.settings
+        shown = tuple((spelt, value, "") for spelt, value in sorted(settings.values.values()))
+        shown += tuple((name, settings.get(name), "dpsql: see SHOW dpsql.budget")
+                       for name in ("dpsql.epsilon", "dpsql.accuracy", "dpsql.intervals"))
+        cursors = tuple(CursorFacts(name, c.declared.query, c.declared.hold, c.declared.binary, c.declared.scroll,
+                                    c.created) for name, c in self.state.cursors.open.items())
+        return ConnectionFacts(self.database, self.user, self.process_id, self.server.started, shown, cursors,
+                               _search_path(settings.get("search_path"), self.user),
+                               settings.get("application_name"))
 
     def _private_answer(self, result: PrivateResult, with_ci: bool) -> Answer:
         cost, left = result.cost, result.spending
+        if result.plan is None and not cost.epsilon:  # public tables or a probe: nothing was measured or charged
+            noisy = [c.noisy for c in result.columns]
+            columns = _columns([c.name for c in result.columns], [c.type for c in result.columns], noisy, with_ci)
+            rows = records(result, with_ci) if with_ci else result.rows
+            return Answer(columns, rows, f"SELECT {len(result.rows)}")
         delta = f", delta {float(cost.delta):g}" if cost.delta else ""
         spent = f"this query cost epsilon {float(cost.epsilon):g}{delta}" if result.cached_at is None else \
             f"the same answer as released at {result.cached_at} UTC, at no cost"
@@ -558,10 +624,18 @@ class Connection:
 
     async def _columns(self, statement: Statement, parameters: list[Any] | None) -> tuple[tuple[str, str], ...]:
         """The columns a statement returns, from the dry run only: nothing runs on the data, nothing is charged."""
-        if statement.command is not None:
-            return statement.command.columns
-        if statement.explained is not None:
+        where = statement.route
+        if isinstance(where, LocalCommand):
+            return where.columns
+        if isinstance(where, Explain):
             return _EXPLAIN_COLUMNS
+        if isinstance(where, Fetch):
+            cursor = self.state.cursors.open.get(where.name)
+            return cursor.answer.columns if cursor is not None and not where.move else ()
+        if isinstance(where, Declare | Close | CopyStatement):
+            return ()  # no rows (COPY's travel as CopyData)
+        if isinstance(where, CatalogStatement):
+            return tuple(await self._in_thread(self.server.catalog.columns, where, self._facts()))
         assert self.session is not None and self.settings is not None
         session, with_ci = self.session, self.settings.intervals
         cost = _costs(self.settings)
@@ -570,7 +644,7 @@ class Connection:
         def describe() -> tuple[tuple[str, str], ...]:
             # The session's rehearsal found the output types when it prepared the question (a query of public
             # tables: the empty twins did): no data, no charge.
-            columns = session.describe(statement.sql, values or None, **cost)
+            columns = session.describe(where.sql, values or None, **cost)
             return _columns([c.name for c in columns], [c.type for c in columns], [c.noisy for c in columns],
                             with_ci)
         return await self._with_engine(describe)
@@ -700,6 +774,10 @@ class Connection:
             columns = await self._columns(statement, None) if statement.sql.strip() else ()
             self._send(pq.parameter_description(statement.reported))
             formats = [0] * len(columns)
+        elif what == b"P" and name not in self.state.portals and name in self.state.cursors.open:
+            # A cursor is a portal too (psycopg describes a named cursor so): its answer's columns.
+            columns = self.state.cursors.open[name].answer.columns
+            formats = [0] * len(columns)
         elif what == b"P":
             portal = self._find_portal(name)
             columns = await self._columns(portal.statement, portal.parameters) if portal.statement.sql.strip() \
@@ -721,6 +799,9 @@ class Connection:
         if portal.answer is None:  # the first Execute runs (and charges) the query; later ones page through it
             portal.answer = await self._answer(portal.statement, portal.parameters)
         answer = portal.answer
+        if answer.copy is not None:
+            self._send_copy(answer)
+            return
         formats = _formats(portal.result_formats, len(answer.columns))
         _check_binary(answer.columns, formats)
         stop = len(answer.rows) if limit <= 0 else min(len(answer.rows), portal.sent + limit)
@@ -743,6 +824,24 @@ class Connection:
         else:
             raise pq.ProtocolViolation(f"invalid Close target {what!r}")
         self._send(pq.CLOSE_COMPLETE)
+
+
+def _query_of(where: Route) -> str | None:
+    """The query whose parameters a statement takes, if any."""
+    if isinstance(where, Private):
+        return where.sql
+    if isinstance(where, Explain):
+        return where.query
+    if isinstance(where, Declare | CopyStatement):
+        return where.query
+    return None
+
+
+def _search_path(setting: str, user: str) -> tuple[str, ...]:
+    """The schemas of a search_path setting that exist ("$user" is the user's schema: there is none)."""
+    existing = ("public", "pg_catalog", "information_schema")
+    names = [part.strip().strip('"') for part in setting.split(",")]
+    return tuple(name for name in names if name in existing and name != "pg_catalog") or ("public",)
 
 
 def _listen_problem(exc: OSError) -> str:

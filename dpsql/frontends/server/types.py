@@ -22,6 +22,7 @@ from dpsql.sql.parse import TextParameter
 
 BOOL, BYTEA, INT8, INT2, INT4, TEXT, FLOAT4, FLOAT8, UNKNOWN, VARCHAR = 16, 17, 20, 21, 23, 25, 700, 701, 705, 1043
 DATE, TIME, TIMESTAMP, TIMESTAMPTZ, INTERVAL, TIMETZ, NUMERIC = 1082, 1083, 1114, 1184, 1186, 1266, 1700
+TEXT_ARRAY = 1009
 _POSTGRES_EPOCH = datetime.datetime(2000, 1, 1)
 _EPOCH_DATE = _POSTGRES_EPOCH.date()
 
@@ -46,10 +47,17 @@ COLUMN_OIDS = {ColumnType.INT: INT8, ColumnType.FLOAT: FLOAT8, ColumnType.TEXT: 
                ColumnType.DATE: DATE, ColumnType.TIMESTAMP: TIMESTAMP}
 
 
+# Arrays (catalog queries return them: current_schemas(), proargnames): PostgreSQL's array type of the element's.
+_ARRAYS = {BOOL: 1000, INT2: 1005, INT4: 1007, INT8: 1016, TEXT: 1009, FLOAT4: 1021, FLOAT8: 1022, NUMERIC: 1231,
+           DATE: 1182, TIMESTAMP: 1115}
+
+
 def wire_type(duckdb_type: str) -> WireType:
     """The PostgreSQL type of a DuckDB type name; anything else travels as text, which every client reads."""
-    base = duckdb_type.strip().upper().split("(")[0]
-    oid = _DUCKDB.get(base, TEXT)
+    name = duckdb_type.strip().upper()
+    if name.endswith("[]"):
+        return WireType(_ARRAYS.get(wire_type(name[:-2]).oid, 1009), -1)
+    oid = _DUCKDB.get(name.split("(")[0], TEXT)
     return WireType(oid, _SIZES.get(oid, -1))
 
 
@@ -87,7 +95,20 @@ def encode_text(value: Any) -> bytes | None:
         return value.isoformat().encode("ascii")
     if isinstance(value, bytes):
         return b"\\x" + value.hex().encode("ascii")
+    if isinstance(value, list | tuple):
+        return ("{" + ",".join(_array_element(v) for v in value) + "}").encode("utf-8")
     return str(value).encode("utf-8")
+
+
+def _array_element(value: Any) -> str:
+    """One element of an array's text: NULL, or quoted where PostgreSQL would (empty, special characters)."""
+    if value is None:
+        return "NULL"
+    encoded = encode_text(value)
+    text = "" if encoded is None else encoded.decode("utf-8")
+    if text == "" or text.upper() == "NULL" or any(c in text for c in '{},"\\ \t\n'):
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return text
 
 
 def encode_binary(value: Any, oid: int) -> bytes | None:
@@ -168,7 +189,15 @@ _BOOLEANS = {"t": True, "true": True, "yes": True, "on": True, "1": True, "y": T
              "f": False, "false": False, "no": False, "off": False, "0": False, "n": False}
 
 
+# Array parameters (`relkind = ANY($1)`): each array type's element type.
+_ELEMENTS = {**{array: element for element, array in _ARRAYS.items()}, 1015: VARCHAR, 1028: INT8, 1002: TEXT,
+             1003: TEXT, 1014: TEXT}
+
+
 def _decode_text(text: str, oid: int) -> Any:
+    if oid in _ELEMENTS:
+        items = [None if item is None else _decode_text(item, _ELEMENTS[oid]) for item in _array_items(text)]
+        return [item.text if isinstance(item, TextParameter) else item for item in items]
     if oid in _TEXT_LIKE:
         return TextParameter(text)
     if oid in (INT2, INT4, INT8):
@@ -193,7 +222,71 @@ def _decode_text(text: str, oid: int) -> Any:
     return TextParameter(text)
 
 
+def text_array(text: str) -> list[str | None]:
+    """An untyped parameter written as an array (`{r,v}`, where the query reads it as one): its elements."""
+    try:
+        return _array_items(text)
+    except (ValueError, IndexError):
+        raise DataError(f"invalid array value {text!r}") from None
+
+
+def _array_items(text: str) -> list[str | None]:
+    """The elements of a one-dimensional array's text, `{a,"b c",NULL}`."""
+    text = text.strip()
+    if not (text.startswith("{") and text.endswith("}")):
+        raise ValueError("not an array")
+    items: list[str | None] = []
+    body, i = text[1:-1], 0
+    while i < len(body):
+        while body[i] == " ":
+            i += 1
+        if body[i] == '"':
+            i, value = i + 1, []
+            while body[i] != '"':
+                if body[i] == "\\":
+                    i += 1
+                value.append(body[i])
+                i += 1
+            items.append("".join(value))
+            i += 1
+            while i < len(body) and body[i] == " ":
+                i += 1
+        else:
+            end = body.find(",", i)
+            end = len(body) if end < 0 else end
+            raw = body[i:end].strip()
+            items.append(None if raw.upper() == "NULL" else raw)
+            i = end
+        if i < len(body):
+            if body[i] != ",":
+                raise ValueError("malformed array")
+            i += 1
+    return items
+
+
+def _decode_binary_array(data: bytes) -> list[Any]:
+    dimensions, _, element = struct.unpack("!iiI", data[:12])
+    if dimensions == 0:
+        return []
+    if dimensions != 1:
+        raise ValueError("only one-dimensional arrays")
+    count = struct.unpack("!i", data[12:16])[0]
+    position, items = 20, []
+    for _ in range(count):
+        length = struct.unpack("!i", data[position:position + 4])[0]
+        position += 4
+        if length < 0:
+            items.append(None)
+            continue
+        value = _decode_binary(data[position:position + length], element)
+        items.append(value.text if isinstance(value, TextParameter) else value)
+        position += length
+    return items
+
+
 def _decode_binary(data: bytes, oid: int) -> Any:
+    if oid in _ELEMENTS:
+        return _decode_binary_array(data)
     if oid in _TEXT_LIKE:
         return TextParameter(data.decode("utf-8"))
     if oid == BOOL and len(data) == 1:
