@@ -158,3 +158,12 @@ def test_each_row_is_aggregated_into_each_grouping_in_the_persons_work(session) 
     assert term.rows == 2 and not any(t.what.startswith("aggregating each row") for t in one.terms)
     selected = session.prepare("SELECT grp, city, COUNT(*) FROM t GROUP BY CUBE (grp, city)").plan.query.work
     assert selected.release[0].rows == 2 * 2  # the two groupings with city, each up to m = 2 groups of a person
+
+
+def test_explain_states_the_groupings_and_the_budget_split(session) -> None:
+    from dpsql.frontends.explain import explain
+
+    text = explain(session.prepare("SELECT grp, city, COUNT(*) FROM t GROUP BY CUBE (grp, city)").plan)
+    assert "4 groupings released together, (grp, city), (grp), (city), ()" in text
+    assert "one unit is 4 x 2 rows" in text and "4 equal shares at 2 rows each" in text
+    assert "partition selection" in text and "4 public group(s)" in text

@@ -149,7 +149,9 @@ def _groups(query_plan: QueryPlan) -> str:
                 if query_plan.selection is not None else ""))
         return (f"Groups: {count} groupings released together, {listed}: each row counts once in each, so one unit "
                 f"is {count} x {query_plan.max_rows} rows for the sensitivity (at most {query_plan.max_rows} in any "
-                f"one group); {how}")
+                f"one group), and every measurement spends the query's whole epsilon at that sensitivity: the noise "
+                f"of {count} equal shares at {query_plan.max_rows} rows each (sequential composition: the groupings "
+                f"share their rows); {how}")
     if query_plan.domains is not None:
         count = 1
         for domain in query_plan.domains:
