@@ -237,7 +237,9 @@ class JoinGrammar:
         """A subquery condition the normaliser rewrites (on f's unit or key), and its shape; ("", "") for none."""
         if source.unit != "f.uid" or self.chance(0.4):
             return "", ""
-        choice = self.r.randrange(4)
+        choice = self.r.randrange(8)
+        if choice >= 4:  # issue 36: anywhere in WHERE, correlated beyond the key (analysis/semijoins.py)
+            return self.general_semi_join(choice - 4)
         if choice == 0:
             return f"f.uid IN (SELECT uid FROM f2 WHERE {self.of(f2_columns('f2'), 'bool')})", "IN f2"
         if choice == 1:
@@ -246,6 +248,21 @@ class JoinGrammar:
         if choice == 2:
             return f"f.g IN (SELECT g FROM look WHERE {self.of(look_columns('look'), 'bool')})", "IN look"
         return f"f.uid IN (SELECT uid FROM f AS z WHERE {self.of(f_columns('z'), 'bool')})", "IN f"
+
+    def general_semi_join(self, choice: int) -> tuple[str, str]:
+        """A semi- or anti-join the checker answers as a semi-join flag: NOT EXISTS with a condition on both rows, NOT
+        IN on the unit, EXISTS over f itself under OR, NOT EXISTS over the public table."""
+        if choice == 0:
+            both = self.of(merged(f2_columns("e"), f_columns("f")), "bool")
+            return f"NOT EXISTS (SELECT 1 FROM f2 AS e WHERE e.uid = f.uid AND {both})", "NOT EXISTS f2"
+        if choice == 1:
+            return f"f.uid NOT IN (SELECT uid FROM f2 WHERE {self.of(f2_columns('f2'), 'bool')})", "NOT IN f2"
+        if choice == 2:
+            both = self.of(merged(f_columns("z"), f_columns("f")), "bool")
+            return (f"({self.of(f_columns('f'), 'bool')} OR EXISTS (SELECT 1 FROM f AS z WHERE z.uid = f.uid AND "
+                    f"{both}))", "OR EXISTS f")
+        both = self.of(merged(look_columns("q"), f_columns("f")), "bool")
+        return f"NOT EXISTS (SELECT 1 FROM look AS q WHERE q.g = f.g AND {both})", "NOT EXISTS look"
 
     def where(self, source: Source) -> tuple[str, list[str]]:
         conditions, notes = [], []

@@ -94,6 +94,14 @@ def join_terms(what: str, rows_before: int, rows_after: int) -> list[WorkTerm]:
     return [WorkTerm(what, rows_before, ROW), WorkTerm(what, rows_after, JOIN)]
 
 
+def grouping_terms(groupings: int, aggregates: int) -> list[tuple[str, int]]:
+    """GROUPING SETS: each row goes into the hash table of every grouping with its aggregates' states, where a plain
+    GROUP BY has one: the groupings beyond the first, as an expression costing that much on each row."""
+    if groupings <= 1:
+        return []
+    return [(f"aggregating each row into {groupings} groupings", (groupings - 1) * ROW * (2 + aggregates))]
+
+
 def stage_terms(rows: int, filter_cost: int | None, filter_text: str,
                 expressions: Sequence[tuple[str, int]]) -> list[WorkTerm]:
     """Rows through a filter (once on each), then through keys and aggregate arguments (`expressions`: their text
@@ -166,5 +174,5 @@ def _refuse_over(work: PersonWork, limits: WorkLimits) -> None:
         "functions)")
 
 
-__all__ = ["QUERY_FLOOR", "PersonWork", "WorkTerm", "bound", "join_terms", "limit_of",
+__all__ = ["QUERY_FLOOR", "PersonWork", "WorkTerm", "bound", "grouping_terms", "join_terms", "limit_of",
            "stage_terms", "with_lookahead"]
