@@ -14,6 +14,7 @@ import pytest
 
 from benchmarks.support import create_ledger, seeded
 from dpsql.session import PrivateSession
+from tests import sizes
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_data"
@@ -33,6 +34,11 @@ def pums_policy(tmp_path: Path) -> Path:
     for name in ("pums.toml", "PUMS_pid.csv"):
         shutil.copy(SAMPLE / "pums" / name, tmp_path / name)
     return create_ledger(tmp_path / "pums.toml")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Before the test modules are imported: their sweep sizes are read at import (tests/sizes.py).
+    sizes.FAST = "not slow" in (config.option.markexpr or "")
 
 
 @pytest.fixture
