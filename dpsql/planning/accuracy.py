@@ -71,7 +71,7 @@ def budget_for_accuracy(query: CheckedQuery, accuracy: float, template: Budget, 
     def meets(index: int) -> bool:
         return widest_half_width(make_plan(query, replace(template, epsilon=grid_epsilon(index)))) <= accuracy
 
-    low, high = 0, _index_at_most(ceiling)
+    low, high = 0, index_at_most(ceiling)
     if high < 0 or not meets(high):
         widest = widest_half_width(make_plan(query, replace(template, epsilon=ceiling))) if high >= 0 else math.inf
         raise ProgrammingError(f"an accuracy of +/-{float(accuracy):g} needs more than epsilon {float(ceiling):g} "
@@ -87,7 +87,7 @@ def budget_for_accuracy(query: CheckedQuery, accuracy: float, template: Budget, 
     return replace(template, epsilon=grid_epsilon(high))
 
 
-def _index_at_most(ceiling: Fraction) -> int:
+def index_at_most(ceiling: Fraction) -> int:
     """The largest grid index whose epsilon is at most `ceiling` (-1 if none)."""
     low, high = -1, _DIGITS * 20
     while high - low > 1:
