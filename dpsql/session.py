@@ -103,7 +103,7 @@ class PrivateSession:
                  epsilon: float | None = None, rng: RandomSource | None = None,
                  bounding_seed: int | None = None, threads: int | None = None, create_ledger: bool = False,
                  engine: Engine | None = None, answers: AnswerStore | None = None,
-                 quantile_intervals: bool = True, database: str | None = None,
+                 quantile_intervals: bool = True, database: str | None = None, reuse: bool = False,
                  measurements: MeasurementStore | None = None, share_measurements: bool | None = None) -> None:
         self.policy = policy if isinstance(policy, Policy) else load_policy(policy)
         # The database the declared tables are in, as tools qualify them (`<database>.public.visits`): the name a
@@ -127,8 +127,12 @@ class PrivateSession:
         # afresh, as the library and the CLI do (a seeded test that repeats a query expects new noise).
         self.answers = answers
         # Released measurements, from which later answers are derived (planning/reuse.py); None: every answer is
-        # measured on its own, as the library does unless asked (`measurement_store`). Whose measurements an
-        # analyst's answers may use: their own, unless the policy shares them ([reuse] shared).
+        # measured on its own, as the library does unless asked (`reuse=True`: the policy's store, [reuse]
+        # measurements; or a store given, as the server shares one). Whose measurements an analyst's answers may
+        # use: their own, unless the policy shares them ([reuse] shared).
+        self._owns_measurements = measurements is None and reuse
+        if self._owns_measurements:
+            measurements = measurement_store(self.policy, self.engine)
         self.measurements = measurements
         self.share_measurements = self.policy.share_measurements if share_measurements is None else share_measurements
         self._prepared: dict[tuple, PreparedQuery] = {}
@@ -438,6 +442,8 @@ class PrivateSession:
         return self.ledger.history(analyst)
 
     def close(self) -> None:
+        if self._owns_measurements and self.measurements is not None:
+            self.measurements.close()
         if self._owns_engine:
             self.engine.close()
         self.post.close()

@@ -143,7 +143,7 @@ def query(sql: str, policy: Path, epsilon: Fraction | float | None, accuracy: Fr
     """Run SQL privately: charge the budget, add calibrated noise, print the answer."""
     progress = _analyst_progress(quiet)
     with progress.step("loading the tables"):
-        session = PrivateSession(policy, analyst)
+        session = PrivateSession(policy, analyst, reuse=True)
     try:
         # A quantile's interval costs a quarter of its epsilon: measured only when it is shown.
         with progress.step("running the query"):
@@ -163,19 +163,20 @@ def query(sql: str, policy: Path, epsilon: Fraction | float | None, accuracy: Fr
 @_policy_option
 @_epsilon_option
 @_accuracy_option
+@_analyst_option
 @_ci_option
 @_param_option
 @_quiet_option
 @_errors_as_messages
 def explain_command(sql: str, policy: Path, epsilon: Fraction | float | None, accuracy: Fraction | float | None,
-                    ci: bool, params: tuple[str, ...], quiet: bool) -> None:
-    """Show the rewritten SQL, each cell's mechanism, noise and interval, and the cost. Spends nothing."""
+                    analyst: str | None, ci: bool, params: tuple[str, ...], quiet: bool) -> None:
+    """Show the rewritten SQL, each cell's mechanism, noise and interval, and the cost (with the released
+    measurements it would derive from). Spends nothing."""
     with _analyst_progress(quiet).step("loading the tables"):
-        session = PrivateSession(policy)
+        session = PrivateSession(policy, analyst, reuse=True)
     try:
-        prepared = session.prepare(sql, _parameters(params), epsilon=epsilon, accuracy=accuracy,
-                                   quantile_intervals=ci)
-        click.echo(explain(prepared.plan, listed=session.engine.lists_earlier_rows))
+        plan = session.plan_for(sql, _parameters(params), epsilon=epsilon, accuracy=accuracy, quantile_intervals=ci)
+        click.echo(explain(plan, listed=session.engine.lists_earlier_rows))
     finally:
         session.close()
 
