@@ -11,7 +11,7 @@ import contextlib
 import getpass
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -30,12 +30,12 @@ from dpsql.engines.duckdb_engine import DuckDBEngine
 from dpsql.engines.progress import SILENT, Progress
 from dpsql.errors import DataError, ExecutionFailed, ProgrammingError, QueryRejected, shown
 from dpsql.planning.accuracy import budget_for_accuracy
-from dpsql.planning.aggregates import VOCABULARY, aggregate
-from dpsql.planning.aggregates.base import LinearAggregate
+from dpsql.planning.aggregates import VOCABULARY
 from dpsql.planning.plan import Budget, Cost, QueryPlan, plan
 from dpsql.planning.reuse import Grouping, grouping_of
 from dpsql.planning.spending import Choice, Requirement, as_accurate_as, choose, targets_of
-from dpsql.policy import MechanismKind, Policy, load_policy
+from dpsql.planning.targets import accuracy_of, sized_in_two_stages, targets, two_stages
+from dpsql.policy import Accounting, MechanismKind, Policy, load_policy
 from dpsql.release.cells import MeasuredCells, release, release_combined, release_no_groups, with_buckets
 from dpsql.release.postprocess import PostProcessor
 from dpsql.rewrite.identity import relation_identity
@@ -94,6 +94,7 @@ class PreparedQuery:
     # measurements can be stored and derived (public groups: planning/reuse.grouping_of); None otherwise.
     grouping: Grouping | None = None
     relation: str | None = None
+    asked: Mapping[int, float] = field(default_factory=dict)  # with an accuracy: each aggregate's target half-width
 
 
 class PrivateSession:
@@ -152,23 +153,27 @@ class PrivateSession:
         if accuracy is not None and epsilon is not None:
             raise ProgrammingError("ask with an epsilon or with an accuracy, not both")
         budget = self._budget(epsilon, quantile_intervals)
-        key = (sql, repr(parameters), budget, accuracy)
+        asked_accuracy = accuracy_of(accuracy) if accuracy is not None else None
+        key = (sql, repr(parameters), budget, str(asked_accuracy) if asked_accuracy is not None else None)
         prepared = self._prepared.get(key)
         if prepared is None:
             parsed = self._parsed(sql, parameters)
             canonical = parsed.tree.sql(DIALECT, comments=False)
             facts = self.engine.public_facts()
             checked = check(normalize(parsed, self.policy, facts), self.policy, VOCABULARY, facts)
-            if accuracy is not None:
-                budget = budget_for_accuracy(checked, accuracy, budget, exact(self.policy.budget.epsilon), plan)
+            asked = targets(checked, asked_accuracy) if asked_accuracy is not None else {}
+            if asked_accuracy is not None:
+                budget = budget_for_accuracy(checked, asked, budget, exact(self.policy.budget.epsilon), plan)
             query_plan = plan(checked, budget)
             bounded = rewrite(query_plan, listed=self.engine.lists_earlier_rows)
             key_types = self.engine.dry_run(bounded.sql)[:bounded.key_count]
             for _, sql in bounded.buckets:
                 self.engine.dry_run(sql)
             grouping, relation = self._relation(query_plan)
+            if asked_accuracy is not None:
+                canonical += f" -- accuracy {asked_accuracy}"  # another answer than at the epsilon it may share
             prepared = PreparedQuery(query_plan, bounded, key_types, self._rehearse(query_plan, key_types), canonical,
-                                     grouping, relation)
+                                     grouping, relation, asked)
             if len(self._prepared) >= _PREPARED_CACHE:
                 self._prepared.pop(next(iter(self._prepared)))
             self._prepared[key] = prepared
@@ -177,7 +182,7 @@ class PrivateSession:
     def _relation(self, query_plan: QueryPlan) -> tuple[Grouping | None, str | None]:
         """The query's groups and its relation's key in the measurement store, when its measurements can be stored
         and derived (public groups, no grouping sets)."""
-        grouping = grouping_of(query_plan.query) if self.measurements is not None else None
+        grouping = grouping_of(query_plan.query)
         if grouping is None:
             return None, None
         identity = relation_identity(query_plan, self.engine.lists_earlier_rows)
@@ -191,30 +196,35 @@ class PrivateSession:
         explain: reads no data and spends nothing."""
         prepared = self.prepare(sql, parameters, epsilon=epsilon, accuracy=accuracy,
                                 quantile_intervals=quantile_intervals)
-        choice = self._reuse(prepared, accuracy)
+        choice = self._reuse(prepared) if not sized_in_two_stages(prepared.plan.query, prepared.asked) else None
         return choice.plan if choice is not None else prepared.plan
 
-    def _reuse(self, prepared: PreparedQuery, accuracy: float | None) -> Choice | None:
-        """How released measurements can stand in for the query's (planning/spending.py), if that costs less."""
-        if self.measurements is None or prepared.relation is None or prepared.grouping is None \
-                or not prepared.plan.measurements:
+    def _reuse(self, prepared: PreparedQuery, store: MeasurementStore | None = None,
+               requirements: Sequence[Requirement] | None = None, ceiling: Fraction | None = None) -> Choice | None:
+        """How released measurements can stand in for the query's (planning/spending.py), if that costs less (than
+        the query on its own, or `ceiling`)."""
+        store = store if store is not None else self.measurements
+        if store is None or prepared.relation is None or prepared.grouping is None or not prepared.plan.measurements:
             return None
-        stored = self.measurements.candidates(prepared.relation, self.analyst, self.share_measurements)
+        stored = store.candidates(prepared.relation, self.analyst, self.share_measurements)
         if not stored:
             return None
-        return choose(prepared.plan, stored, prepared.grouping, _requirements(prepared.plan, accuracy))
+        return choose(prepared.plan, stored, prepared.grouping,
+                      requirements if requirements is not None else _requirements(prepared.plan, prepared.asked),
+                      ceiling)
 
     def _keep(self, prepared: PreparedQuery, query_plan: QueryPlan, measured: Sequence[MeasuredCells | None],
-              charge: int | None) -> None:
+              charge: int | None, store: MeasurementStore | None = None) -> None:
         """Store the measurements just released (their charge committed), for later answers to derive from."""
-        if self.measurements is None or prepared.relation is None or prepared.grouping is None or not measured:
+        store = store if store is not None else self.measurements
+        if store is None or prepared.relation is None or prepared.grouping is None or not measured:
             return
         found = []
         for m, target, cells in zip(query_plan.measurements, targets_of(query_plan), measured, strict=True):
             if cells is not None and target is not None:
                 found.append(NewMeasurement(m.spec.label, target, prepared.grouping, m.mechanism, m.spec.step, cells))
         with contextlib.suppress(Exception):  # released and paid for, kept or not
-            self.measurements.put(prepared.relation, self.analyst, charge, found)
+            store.put(prepared.relation, self.analyst, charge, found)
 
     def _rehearse(self, query_plan: QueryPlan, key_types: list[str]) -> list[str]:
         """Run the stages after the charge on no groups at all: whatever fails whatever the data (an interval's
@@ -250,17 +260,27 @@ class PrivateSession:
         if not query_plan.measurements:
             # Public keys and nothing measured: the declared values are the answer; no data, no charge, no entry.
             return self._answer(prepared, self.ledger.spending(self.analyst), read_data=False)[0]
-        # Released measurements may stand in for the query's (planning/spending.py): decided from the plans and the
-        # laws of the released noise, before the charge and without the data. What is measured now runs as its own
-        # bounded query, dry-run here like any.
-        choice = self._reuse(prepared, accuracy)
-        run = choice.plan if choice is not None else query_plan
+        if sized_in_two_stages(query_plan.query, prepared.asked):
+            result = self._sized(prepared, sql)
+        else:
+            result = self._charged(prepared, sql, self._reuse(prepared))
+        if key is not None and self.answers is not None:
+            with contextlib.suppress(Exception):  # the answer is released and paid for, kept or not
+                self.answers.put(key, result.rows, result.intervals, result.noise_std, result.released_groups)
+        return result
+
+    def _charged(self, prepared: PreparedQuery, sql: str, choice: Choice | None,
+                 store: MeasurementStore | None = None, note: str | None = None) -> PrivateResult:
+        """Charge, run, release and keep the query: as planned on its own, or as `choice` derives it from released
+        measurements (planning/spending.py: decided from the plans and the laws of the released noise, before the
+        charge and without the data; what is measured now runs as its own bounded query, dry-run here like any)."""
+        run = choice.plan if choice is not None else prepared.plan
         now = None
         if choice is not None and choice.combination.measured:
             now = rewrite(replace(run, measurements=tuple(run.measurements[j] for j in choice.combination.measured)),
                           listed=self.engine.lists_earlier_rows).sql
             self.engine.dry_run(now)
-        note = _note(choice, query_plan)
+        note = note or _note(choice, prepared.plan)
         # Refused or written here, before the data is read; the commit's fsync runs while the data is read, and
         # nothing is released (nor stored) before `wait` says the charge is on disk. A commit that fails raises
         # LedgerError there, and the answer is dropped.
@@ -278,13 +298,64 @@ class PrivateSession:
         if answered is None:
             raise ExecutionFailed()
         result, measured = answered
-        self._keep(prepared, run, measured, pending.charge)
+        self._keep(prepared, run, measured, pending.charge, store)
         derived = tuple(s.name for s in choice.combination.used() if s.stored is not None) if choice else ()
-        result = replace(result, charge=pending.charge, derived_from=derived, note=note)
-        if key is not None and self.answers is not None:
-            with contextlib.suppress(Exception):  # the answer is released and paid for, kept or not
-                self.answers.put(key, result.rows, result.intervals, result.noise_std, result.released_groups)
-        return result
+        return replace(result, charge=pending.charge, derived_from=derived, note=note)
+
+    def _sized(self, prepared: PreparedQuery, sql: str) -> PrivateResult:
+        """A query with an accuracy for AVG, VAR or STDDEV, in two stages (planning/targets.py): the counts they
+        divide by first, measured as a default query would (or estimated from released ones as good), then the
+        rest at the least epsilon that meets every target when each count is at its lower 95% bound. Both charged:
+        the second stage's epsilon depends on the first's noisy counts, which is post-processing of a release
+        already paid for (a privacy filter: the ledger refuses what the budget cannot take)."""
+        if prepared.grouping is None or prepared.relation is None:
+            raise QueryRejected("an accuracy for AVG, VAR or STDDEV needs declared values for every group key (and no "
+                                "grouping sets): the counts of groups chosen by partition selection cannot size it")
+        store = self.measurements if self.measurements is not None else \
+            MeasurementStore(None, self.engine.data_version)  # the first stage's counts must reach the second
+        staged = two_stages(prepared.plan, prepared.asked, replace(prepared.plan.budget, epsilon=_epsilon(
+            self.default_epsilon if self.default_epsilon is not None else self.policy.budget.query_epsilon)))
+        counts, epsilon = staged.first_stage(store.candidates(prepared.relation, self.analyst,
+                                                              self.share_measurements), prepared.grouping)
+        costs = []
+        if counts:
+            first = replace(staged.reference, measurements=tuple(counts[j] for j in sorted(counts)), recipes=(),
+                            cost=Cost(epsilon, Fraction(0)), output_weights=(), combination=None)
+            costs.append(self._measured_only(prepared, sql, first, store, staged.first_note))
+        stored = store.candidates(prepared.relation, self.analyst, self.share_measurements)
+        requirements = staged.second_requirements(stored, prepared.grouping)
+        left = exact(self.ledger.spending(self.analyst).epsilon_remaining)
+        second = self._reuse(prepared, store, requirements, left) if left > 0 else None
+        if second is None:
+            charged = "the counts' charge stays, and they are kept for reuse" if costs else "nothing was charged"
+            raise ProgrammingError(f"{staged.asked_text}: the counts say the smallest group has about "
+                                   f"{staged.smallest(stored, prepared.grouping):.4g} rows, too few for that accuracy "
+                                   f"within the epsilon left ({float(left):g}); {charged}. Ask with a wider "
+                                   "accuracy, of larger groups, or with an epsilon")
+        note = staged.second_note if second.cost.epsilon else None
+        result = self._charged(prepared, sql, second, store, note)
+        costs.append(result.cost)
+        notes = [staged.first_note] if len(costs) > 1 else []
+        return replace(result, cost=_total(costs, self.policy.budget.accounting),
+                       note="; ".join([*notes, result.note or "derived from released measurements, no charge"]))
+
+    def _measured_only(self, prepared: PreparedQuery, sql: str, query_plan: QueryPlan, store: MeasurementStore,
+                       note: str) -> Cost:
+        """Charge, measure and keep `query_plan`'s measurements, releasing no output (a first stage: its counts
+        are stored for the second stage, and any later answer, to derive from)."""
+        now = rewrite(query_plan, listed=self.engine.lists_earlier_rows).sql
+        self.engine.dry_run(now)
+        pending = self.ledger.begin_charge(self.analyst, query_plan.cost, sql, note=note)
+        measured = None
+        try:
+            with contextlib.suppress(Exception):  # after the charge: one generic error whatever happened
+                measured = release(query_plan, self.engine.run(now), self.rng, prepared.grouping).measured
+        finally:
+            pending.wait()
+        if measured is None:
+            raise ExecutionFailed()
+        self._keep(prepared, query_plan, measured, pending.charge, store)
+        return query_plan.cost
 
     def measure(self, prepared: PreparedQuery) -> list[tuple[Any, ...]]:
         """The exact measurements per group: the bounded query's rows, each quantile's counts from its own query
@@ -468,12 +539,19 @@ def measurement_store(policy: Policy, engine: Engine) -> MeasurementStore | None
     return MeasurementStore(policy.measurements if engine.ranking_persistent else None, engine.data_version)
 
 
-def _requirements(query_plan: QueryPlan, accuracy: float | None) -> list[Requirement]:
-    """What each output must reach: what it gets on its own at the query's epsilon, or the asked accuracy."""
-    if accuracy is None:
-        return as_accurate_as(query_plan)
-    return [Requirement(width=float(accuracy)) if isinstance(aggregate(r.call), LinearAggregate) else Requirement()
-            for r in query_plan.recipes]
+def _requirements(query_plan: QueryPlan, asked: Mapping[int, float]) -> list[Requirement]:
+    """What each output must reach: the asked half-width, or else what it gets on its own at the query's epsilon."""
+    alone = as_accurate_as(query_plan)
+    return [Requirement(width=asked[i]) if i in asked else alone[i] for i in range(len(query_plan.recipes))]
+
+
+def _total(costs: Sequence[Cost], accounting: Accounting) -> Cost:
+    """What several charges of one answer cost together: epsilons add (pure), or rho does (zCDP)."""
+    delta = sum((c.delta for c in costs), Fraction(0))
+    if accounting is Accounting.PURE:
+        return Cost(sum((c.epsilon for c in costs), Fraction(0)), delta)
+    rho = sum((c.rho for c in costs), Fraction(0))
+    return Cost(Fraction(math.sqrt(2 * rho)), delta)
 
 
 def _note(choice: Choice | None, alone: QueryPlan) -> str | None:

@@ -20,6 +20,7 @@ answered on its own. None of this reads the data: only the policy, the plans and
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
@@ -28,7 +29,7 @@ from dpsql.planning.accuracy import grid_epsilon, index_at_most
 from dpsql.planning.aggregates import LEVEL, aggregate
 from dpsql.planning.aggregates.base import LinearAggregate
 from dpsql.planning.functionals import Functional, functional, nullable_arguments
-from dpsql.planning.measurements import MeasurementKind
+from dpsql.planning.measurements import MeasurementKind, OutputRecipe
 from dpsql.planning.plan import Cost, QueryPlan, candidate_plans, remeasured
 from dpsql.planning.reuse import (
     Combination,
@@ -50,9 +51,10 @@ class Requirement:
 
     width: float | None = None  # the largest 95% half-width (a linear output)
     proxy: float | None = None  # the largest error proxy sum_j w_j Var_j (AVG, VAR, STDDEV)
-    # sum_j k_j h_j <= bound, h_j the 95% half-width of measurement j's estimate (AVG, VAR sized for an accuracy)
-    half_widths: tuple[tuple[int, float], ...] = ()
-    bound: float | None = None
+    # AVG, VAR, STDDEV sized for an accuracy (planning/targets.py): (bound, k_count, k_total, k_squares), met when
+    # the root of the sum of (k h)^2 is at most bound, h the 95% half-width (value units) of the estimate of the
+    # output's count, centered sum and sum of squares (a way measuring it from a pair cannot).
+    sized: tuple[float, float, float, float] | None = None
 
 
 def proxy(query_plan: QueryPlan, output: int, combination: Combination | None = None) -> float:
@@ -90,16 +92,17 @@ class Choice:
 
 
 def choose(reference: QueryPlan, stored: Sequence[StoredMeasurement], grouping: Grouping,
-           requirements: Sequence[Requirement]) -> Choice | None:
+           requirements: Sequence[Requirement], ceiling: Fraction | None = None) -> Choice | None:
     """The cheapest way to answer `reference`'s query (as planned on its own) to the requirements with these stored
-    measurements of its relation, if one costs less than `reference`; None otherwise."""
+    measurements of its relation, if one costs less than `ceiling` (default: `reference`'s cost); None otherwise."""
     if reference.selection is not None or any(m.spec.kind is MeasurementKind.QUANTILE
                                               for m in reference.measurements):
         return None
     sources = [stored_source(s, grouping, n) for s in stored if (n := cells_per_group(s, grouping)) is not None]
     if not sources:
         return None
-    return cheapest(candidate_plans(reference.query, reference.budget), sources, requirements, reference.cost.epsilon)
+    limit = ceiling if ceiling is not None else reference.cost.epsilon
+    return cheapest(candidate_plans(reference.query, reference.budget), sources, requirements, limit)
 
 
 def targets_of(query_plan: QueryPlan) -> list[Functional | None]:
@@ -188,11 +191,24 @@ def meets(candidate: QueryPlan, combination: Combination, requirements: Sequence
             return False
         if requirement.proxy is not None and proxy(candidate, o, combination) > requirement.proxy:
             return False
-        if requirement.bound is not None and sum(
-                k * combination.law(((1.0, j),), steps).half_width(LEVEL) for j, k in requirement.half_widths) \
-                > requirement.bound:
+        if requirement.sized is not None and not _sized(recipe, requirement.sized, combination, steps):
             return False
     return True
+
+
+def _sized(recipe: OutputRecipe, sized: tuple[float, float, float, float], combination: Combination,
+           steps: Sequence[Fraction]) -> bool:
+    bound, *weights = sized
+    parts = (recipe.count, recipe.total, recipe.squares)
+    if recipe.count is None or recipe.total is None:
+        return False  # from a pair: no count of its own to size by
+    squared = 0.0
+    for j, weight in zip(parts, weights, strict=True):
+        if weight:
+            if j is None:
+                return False
+            squared += (weight * combination.law(((1.0, j),), steps).half_width(LEVEL)) ** 2
+    return math.sqrt(squared) <= bound
 
 
 def _free(candidate: QueryPlan, combination: Combination) -> QueryPlan:
