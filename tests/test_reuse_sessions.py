@@ -134,8 +134,9 @@ def test_old_and_new_measurements_combine_by_inverse_variance(policy: Path) -> N
     a new one is measured (at less than the query's epsilon) and combined with them by their inverse variances. The
     released value is that combination of the stored sums and the new cells (read back from the store); the new
     cells' noises are independent of the old ones and have their mechanism's law (chi-square on the new cells'
-    noise against the discrete Laplace); and the half-width covers the exact law of c1 (N1 + N2 + N3) + c2 N4 at
-    95%, within the conservative slack of dp/noise_sums.py (a thousandth of its deviation)."""
+    noise against the discrete Laplace); and the half-width is the 95% quantile of the exact law of
+    c1 (N1 + N2 + N3) + c2 N4 (computed here from the pmfs), up to a count's interval rounded outward to integers and
+    the conservative slack of dp/noise_sums.py (a thousandth of its deviation)."""
     new_errors: list[int] = []
     exact = None
     for session, derived, result in _derived_runs(policy, 2.0, 200, seed=22):
