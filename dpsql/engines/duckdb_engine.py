@@ -96,13 +96,17 @@ class DuckDBEngine(Engine):
             self._con = con
             if policy.store is not None:
                 self._attach_store(policy, bounding_seed, config, progress)
+                token = store.build_token(con)
             else:
+                token = None
                 con.execute(f"CREATE SCHEMA {TWIN_SCHEMA}")
                 salt = store.new_salt(bounding_seed)
                 with duckdb_percent(con, progress) as percent:
                     loader = TableLoader(con, policy.path.name, portable_ranks(bounding_seed), progress, percent)
                     for table in policy.tables.values():
                         loader.load(table, salt)
+            self.ranking, self.ranking_persistent = store.ranking(
+                self.data_version, bounding_seed, store.load_sql(policy, portable_ranks(bounding_seed)), token)
             # A second client whose default schema holds empty tables of the same names and columns: the very SQL
             # that will run on the data is first run there, where no row can influence what happens.
             self._twin = con.cursor()
