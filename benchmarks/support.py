@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import csv
 import json
+import random
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -166,6 +167,37 @@ def write_datasets(folder: Path, tables: Mapping[Table, Iterable[Sequence[Any]]]
         write_csv(folder / f"{table.name}.csv", table.header, rows)
     return write_policy(folder / "policy.toml", {table.name: table.declaration() for table in tables},
                         budget.keys())
+
+
+SAMPLE = Path(__file__).resolve().parent.parent / "sample_data"
+DEPARTMENTS = ("cardiology", "dermatology", "emergency", "general", "neurology", "oncology", "orthopedics",
+               "pediatrics")
+
+
+def write_hospital(folder: Path, seed: int = 36) -> Path:
+    """The sample visits data and policy, with two more tables (issue 36's corpus had them): `labs`, a second private
+    table of the same unit (a patient's lab tests, dated, at most 4 count), and `staff`, a public table whose key
+    `department` is not unique (several staff per department). Returns the policy's path; the ledger is created."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in SAMPLE.iterdir():
+        if path.suffix in (".csv", ".toml"):
+            (folder / path.name).write_bytes(path.read_bytes())
+    r = random.Random(seed)
+    with (SAMPLE / "visits.csv").open() as handle:
+        visits = list(csv.DictReader(handle))
+    labs = [(v["patient_id"], v["visit_date"], r.choice(["hb", "glucose", "ldl"]), round(r.uniform(0, 200), 1))
+            for v in visits if r.random() < 0.5]
+    write_csv(folder / "labs.csv", ["patient_id", "lab_date", "test", "value"], labs)
+    staff = [(d, r.choice(["nurse", "doctor"]), f"{d}{i}") for d in DEPARTMENTS for i in range(r.randint(1, 4))]
+    write_csv(folder / "staff.csv", ["department", "role", "name"], staff)
+    with (folder / "visits.toml").open("a") as policy:
+        policy.write('\n[tables.labs]\nsource = "labs.csv"\nprivacy_unit = "patient_id"\nunit = "patient"\n'
+                     'max_rows_per_unit = 4\n\n[tables.labs.columns]\npatient_id = { type = "int" }\n'
+                     'lab_date = { type = "date" }\ntest = { type = "text", values = ["hb", "glucose", "ldl"] }\n'
+                     'value = { type = "float", lower = 0, upper = 200 }\n\n'
+                     '[tables.staff]\nsource = "staff.csv"\npublic = true\n\n[tables.staff.columns]\n'
+                     'department = { type = "text" }\nrole = { type = "text" }\nname = { type = "text" }\n')
+    return create_ledger(folder / "visits.toml")
 
 
 def open_session(policy: Path, seed: int, analyst: str = "attacker", *, bounding_seed: int | None = None,

@@ -81,6 +81,10 @@ class ColumnPolicy:
     # A derived column's DuckDB type as the analyst's SQL has it, where it is not `type`'s: a per-unit SUM of
     # integers is HUGEINT in DuckDB, though dpsql computes it as a DOUBLE (analysis/written_types.py).
     written_type: str = ""
+    # A date or timestamp column's declared range (`lower`/`upper` in the policy): the bounds of its date parts
+    # (YEAR(d) within the years of the range: analysis/bounds.py). Not a clamp of the column itself.
+    earliest: datetime.date | None = None
+    latest: datetime.date | None = None
 
     @property
     def sql_type(self) -> str:
@@ -558,9 +562,16 @@ class _Reader:
         lower, upper = raw.get("lower"), raw.get("upper")
         if (lower is None) != (upper is None):
             self.fail(here, "lower" if lower is None else "upper", "declare both lower and upper, or neither")
-        if lower is not None:
+        earliest = latest = None
+        if lower is not None and ctype in (ColumnType.DATE, ColumnType.TIMESTAMP):
+            earliest, latest = (self.moment(raw, here, key, ctype) for key in ("lower", "upper"))
+            if earliest > latest:
+                self.fail(here, "lower", f"lower ({earliest}) is later than upper ({latest})")
+            lower = upper = None
+        elif lower is not None:
             if not ctype.numeric:
-                self.fail(here, "lower", f"bounds need a numeric type, but the column is {ctype.value}")
+                self.fail(here, "lower", f"bounds need a numeric, date or timestamp type, but the column is "
+                                         f"{ctype.value}")
             lower = self.number(raw, here, "lower", lo=-math.inf)
             upper = self.number(raw, here, "upper", lo=-math.inf)
             if lower > upper:
@@ -581,7 +592,27 @@ class _Reader:
                 self.fail(here, "values", f"a public value is longer than max_length ({max_length})")
         elif "max_length" in raw:
             self.fail(here, "max_length", f"applies to text columns, but the column is {ctype.value}")
-        return ColumnPolicy(name.lower(), ctype, lower, upper, values, nullable, max_length, per_unit)
+        return ColumnPolicy(name.lower(), ctype, lower, upper, values, nullable, max_length, per_unit,
+                            earliest=earliest, latest=latest)
+
+    def moment(self, raw: dict, here: str, key: str, ctype: ColumnType) -> datetime.date:
+        """A date column's bound: a TOML date (2015-01-01) or the same as text; a timestamp column's: a TOML
+        date-time without a time zone (2015-01-01T00:00:00), a date (its midnight), or either as text."""
+        value = raw[key]
+        if isinstance(value, str):
+            try:
+                value = datetime.datetime.fromisoformat(value) if ctype is ColumnType.TIMESTAMP and (
+                    "T" in value or " " in value) else datetime.date.fromisoformat(value)
+            except ValueError:
+                self.fail(here, key, f"{toml_text(value)} is not a {ctype.value} (write 2015-01-01)")
+        if isinstance(value, datetime.datetime):
+            if ctype is ColumnType.DATE or value.tzinfo is not None:
+                self.fail(here, key, f"expected a {'date' if ctype is ColumnType.DATE else 'local date-time'}, "
+                                     f"got {toml_text(value)}")
+            return value
+        if isinstance(value, datetime.date):
+            return value if ctype is ColumnType.DATE else datetime.datetime.combine(value, datetime.time())
+        self.fail(here, key, f"expected a {ctype.value}, got {toml_text(value)}")
 
     def domain(self, here: str, ctype: ColumnType, values: Any) -> list[Any]:
         if not isinstance(values, list) or not values:

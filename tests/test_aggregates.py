@@ -38,6 +38,7 @@ QUERIES = (
     "SELECT AVG(age) FROM pums",
     "SELECT VAR_SAMP(age), VAR_POP(age), STDDEV_SAMP(income), STDDEV_POP(income) FROM pums",
     "SELECT sex, MEDIAN(income), MIN(age), MAX(age) FROM pums GROUP BY sex",
+    "SELECT sex, SUM(DISTINCT income), AVG(DISTINCT age) FROM pums GROUP BY sex",
 )
 
 
@@ -127,14 +128,16 @@ def test_a_linear_interval_is_the_same_in_explain_and_release(pums_session) -> N
 
 
 def test_the_registry_gives_the_checker_its_vocabulary() -> None:
-    assert VOCABULARY.supported == ("COUNT, COUNT(DISTINCT unit), COUNT(DISTINCT expr), SUM, AVG, VAR, STDDEV, MEDIAN, "
-                                   "QUANTILE_CONT, MIN, MAX")
+    assert VOCABULARY.supported == ("COUNT, COUNT(DISTINCT unit), COUNT(DISTINCT expr), SUM, AVG, SUM(DISTINCT x), "
+                                   "AVG(DISTINCT x), VAR, STDDEV, MEDIAN, QUANTILE_CONT, MIN, MAX")
+    assert VOCABULARY.distinct == {"sum": "sum_distinct", "avg": "avg_distinct"}
     assert VOCABULARY.functions[exp.StddevSamp] == VOCABULARY.functions[exp.Stddev] == "stddev_samp"
     assert exp.Count not in VOCABULARY.functions  # COUNT's argument is read by the checker itself
 
 
 def test_an_unregistered_aggregate_is_refused_with_the_registry_s_list(pums_session) -> None:
     with pytest.raises(QueryRejected, match=r"MODE is not supported: .*\(supported: COUNT, COUNT\(DISTINCT unit\), "
-                                            r"COUNT\(DISTINCT expr\), SUM, AVG, VAR, STDDEV, MEDIAN, QUANTILE_CONT, "
+                                            r"COUNT\(DISTINCT expr\), SUM, AVG, SUM\(DISTINCT x\), AVG\(DISTINCT x\), "
+                                            r"VAR, STDDEV, MEDIAN, QUANTILE_CONT, "
                                             r"MIN, MAX\)"):
         pums_session.prepare("SELECT MODE(age) FROM pums")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -45,6 +46,7 @@ def _released(rows: list[tuple], keys: int) -> list[tuple]:
     return sorted((row for row in rows if public(row[:keys])), key=repr)
 
 
+@pytest.mark.slow  # a property test of many generated cases: the full suite runs it
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(units=st.lists(st.lists(_row, min_size=1, max_size=6), min_size=1, max_size=15), m=st.integers(1, 3),
        seed=st.one_of(st.none(), st.integers(0, 2**31)))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from fractions import Fraction
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from sqlglot import exp
@@ -96,6 +97,7 @@ def _reference_cap(tree: exp.Select, table, max_rows: int, prepared: str, alias:
        examined=st.one_of(st.none(), st.integers(1, 9)))
 # Two-row units with the two zeros, or a value and NULL: a mask that took them for one value would leave out of the
 # window the units whose second row is the one the filter keeps (about half of them).
+@pytest.mark.slow  # a property test of many generated cases: the full suite runs it
 @example(units=[((1, 1), (0.0, -0.0), [("a", 1, False, False), ("a", 1, False, True)])] * 12, m=1, t=0, seed=1,
          filters=["CAST(f AS TEXT) = '-0.0'"], examined=None)
 @example(units=[((1, 1), (1.5, None), [("a", 1, False, False), ("a", 1, False, True)])] * 12, m=1, t=0, seed=1,
@@ -201,6 +203,7 @@ _filter = st.recursive(st.sampled_from(_ATOMS), lambda inner: st.one_of(
     st.tuples(inner, inner).map(lambda p: f"COALESCE(({p[0]}), ({p[1]}))")), max_leaves=5)
 
 
+@pytest.mark.slow  # a property test of many generated cases: the full suite runs it
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(units=st.lists(_unit, min_size=1, max_size=10), m=st.integers(1, 3), t=st.integers(0, 4),
        seed=st.one_of(st.none(), st.integers(0, 2**31)), condition=_filter)

@@ -14,7 +14,11 @@ from dpsql.session import PrivateSession
 from tests.conftest import SAMPLE, VISITS_FILES
 
 REFUSED = [
-    ("SELECT COUNT(*) FROM visits v RIGHT JOIN regions r ON v.region = r.region", "only INNER and LEFT"),
+    ("SELECT COUNT(*) FROM visits v RIGHT JOIN regions r ON v.region = r.region", "keeps every row of the public"),
+    ("SELECT COUNT(*) FROM regions r JOIN visits v ON v.region = r.region RIGHT JOIN patients p "
+     "ON p.patient_id = v.patient_id", "RIGHT JOIN after another join"),
+    ("SELECT COUNT(*) FROM regions r RIGHT JOIN visits v ON v.region = r.region RIGHT JOIN patients p "
+     "ON p.patient_id = v.patient_id", "RIGHT JOIN after another join"),
     ("SELECT COUNT(*) FROM visits v FULL JOIN regions r ON v.region = r.region", "only INNER and LEFT"),
     # DuckDB rejects a bare OUTER JOIN; dpsql ran it as INNER (red team)
     ("SELECT COUNT(*) FROM visits v OUTER JOIN regions r ON v.region = r.region", "OUTER JOIN needs LEFT"),
@@ -26,7 +30,9 @@ REFUSED = [
     ("SELECT COUNT(*) FROM visits v JOIN departments d ON v.age = d.department", "implicit cast"),
     ("SELECT COUNT(*) FROM visits v JOIN departments d ON d.floor = d.beds", "each between the joined table"),
     ("SELECT COUNT(*) FROM visits v JOIN regions r ON v.region = r.region JOIN departments d "
-     "ON v.department = d.department AND v.region = r.region", "each between the joined table"),
+     "ON v.region = r.region", "each between the joined table"),
+    ("SELECT COUNT(*) FROM visits v, regions r WHERE v.age > 3", "cross join"),
+    ("SELECT COUNT(*) FROM visits v, departments d WHERE v.region = d.floor", "implicit cast"),
     ("SELECT COUNT(*) FROM regions r LEFT JOIN visits v ON v.region = r.region", "private table first"),
     ("SELECT COUNT(*) FROM visits v LEFT JOIN patients p ON v.patient_id = p.patient_id", "only be joined INNER"),
     ("SELECT COUNT(*) FROM visits v JOIN patients p ON v.sex = p.sex", "equals their unit columns"),
@@ -100,7 +106,7 @@ PER_UNIT_REFUSED = [
      "ORDER BY"),
     ("SELECT COUNT(*) FROM (SELECT patient_id, COUNT(*) FROM visits GROUP BY patient_id) p", "named COUNT"),
     ("SELECT COUNT(*) FROM (SELECT patient_id, region AS r FROM visits GROUP BY patient_id) p", "named COUNT"),
-    ("SELECT COUNT(*) FROM (SELECT patient_id, COUNT(DISTINCT region) AS r FROM visits GROUP BY patient_id) p",
+    ("SELECT COUNT(*) FROM (SELECT patient_id, SUM(DISTINCT age) AS r FROM visits GROUP BY patient_id) p",
      "DISTINCT"),
     ("SELECT COUNT(*) FROM (SELECT COUNT(*) AS n FROM visits GROUP BY patient_id) p", "select the unit column"),
     ("SELECT n FROM (SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id) p", "outside an aggregate"),
@@ -111,8 +117,6 @@ PER_UNIT_REFUSED = [
      "JOIN patients q ON p.n = q.chronic_conditions", "equals their unit columns"),
     ("SELECT COUNT(*) FROM visits v JOIN (SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id) p "
      "ON v.age = p.n", "equals their unit columns"),
-    ("SELECT COUNT(*) FROM visits v JOIN (SELECT * FROM regions) r ON v.region = r.region",
-     "per-unit aggregation only"),
     ("SELECT COUNT(*) FROM (SELECT patient_id, COUNT(*) AS n FROM visits GROUP BY patient_id) p "
      "JOIN __dp_sub0 q ON p.patient_id = q.patient_id", "unknown table"),
     ("SELECT COUNT(*) FROM (SELECT DISTINCT region FROM visits) p JOIN visits v ON v.region = p.region",
@@ -200,3 +204,46 @@ def test_a_per_unit_subquery_may_aggregate_joined_rows(session) -> None:
     query_plan = session.prepare(sql).plan
     assert query_plan.max_rows == 1 and query_plan.query.keys[0].domain == (1, 2, 3, 4, 5)
     assert "per-unit subquery over the join above: at most 5 rows per unit" in explain(query_plan)
+
+
+# Joins as written (issue 36): each is answered as the form the rules read, with the same measurements -------------
+
+WRITTEN = [
+    # RIGHT JOIN keeping the private table: the mirrored LEFT JOIN
+    ("SELECT d.specialty_group, COUNT(*), SUM(v.cost) FROM departments d RIGHT JOIN visits v "
+     "ON v.department = d.department GROUP BY d.specialty_group",
+     "SELECT d.specialty_group, COUNT(*), SUM(v.cost) FROM visits v LEFT JOIN departments d "
+     "ON v.department = d.department GROUP BY d.specialty_group"),
+    # a comma join with its WHERE equality: the INNER JOIN on it, the rest of the WHERE kept
+    ("SELECT d.specialty_group, COUNT(*) FROM visits v, departments d WHERE v.department = d.department "
+     "AND v.age > 30 GROUP BY d.specialty_group",
+     "SELECT d.specialty_group, COUNT(*) FROM visits v JOIN departments d ON v.department = d.department "
+     "WHERE v.age > 30 GROUP BY d.specialty_group"),
+    ("SELECT COUNT(*) FROM visits v, patients p WHERE p.patient_id = v.patient_id AND p.birth_year > 1950",
+     "SELECT COUNT(*) FROM visits v JOIN patients p ON p.patient_id = v.patient_id WHERE p.birth_year > 1950"),
+    # a constant (or any other condition) in an INNER join's ON: a filter in WHERE
+    ("SELECT COUNT(*) FROM visits v JOIN departments d ON d.department = v.department AND d.beds > 20",
+     "SELECT COUNT(*) FROM visits v JOIN departments d ON d.department = v.department WHERE d.beds > 20"),
+    ("SELECT COUNT(*) FROM visits v JOIN patients p ON p.patient_id = v.patient_id AND v.age > p.chronic_conditions",
+     "SELECT COUNT(*) FROM visits v JOIN patients p ON p.patient_id = v.patient_id WHERE v.age > "
+     "p.chronic_conditions"),
+]
+
+
+@pytest.mark.parametrize(("written", "rules"), WRITTEN)
+def test_a_join_as_written_is_answered_as_the_form_the_rules_read(session, written, rules) -> None:
+    mine, theirs = session.prepare(written), session.prepare(rules)
+    assert mine.plan.max_rows == theirs.plan.max_rows
+    assert mine.plan.query.relation.steps == theirs.plan.query.relation.steps
+    assert sorted(session.measure(mine), key=repr) == sorted(session.measure(theirs), key=repr)
+
+
+def test_a_left_join_filtered_in_on_keeps_unmatched_rows_and_counts_the_filtered_rows_per_key(session) -> None:
+    """`LEFT JOIN d ON key AND f(d)` keeps every visit (with NULLs where no department passes f): the department table
+    filtered first, whose rows per key are read from its own rows."""
+    filtered = session.prepare("SELECT d.floor, COUNT(*) FROM visits v LEFT JOIN departments d "
+                               "ON d.department = v.department AND d.beds > 20 GROUP BY d.floor")
+    total = session.prepare("SELECT COUNT(*) FROM visits v")
+    counts = session.measure(filtered)
+    assert sum(row[-1] for row in counts) == session.measure(total)[0][-1]
+    assert any(row[0] is None for row in counts)  # the departments with at most 20 beds: no match, kept

@@ -12,6 +12,7 @@ from __future__ import annotations
 from fractions import Fraction
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -94,6 +95,7 @@ def _measurements(policy_path: Path, sql: str, seed: int):
     return query_plan, {tuple(r[:keys]): [int(v or 0) for v in r[keys:]] for r in rows}
 
 
+@pytest.mark.slow  # a property test of many generated cases: the full suite runs it
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(units=datasets, m=st.integers(1, 3), removed=st.integers(0, 4), query=st.sampled_from(QUERIES),
        seed=st.integers(0, 2**31))

@@ -51,7 +51,7 @@ def test_a_good_policy_loads_with_its_declarations(tmp_path: Path, data: Path) -
     ({"columns": {"pid": {"type": "int"}, "age": {"type": "int", "lower": 1}}}, "column 'age', key 'upper'",
      "declare both"),
     ({"columns": {"pid": {"type": "int"}, "city": {"type": "text", "lower": 0, "upper": 1}}},
-     "column 'city', key 'lower'", "need a numeric type"),
+     "column 'city', key 'lower'", "need a numeric, date or timestamp type"),
     ({"columns": {"pid": {"type": "int"}, "city": {"type": "text", "values": ["a", 2]}}},
      "column 'city', key 'values'", "an integer (2) is not a text"),
     ({"columns": {"pid": {"type": "int", "lower": 0, "upper": 9}}}, "column 'pid'",

@@ -110,7 +110,10 @@ def _check_shown_output(shown: list[str], printed: str, exact: bool) -> None:
     if exact:
         assert got == shown
         return
-    assert got[:2] == shown[:2] and len(got) == len(shown)
+    # The header's names and the rule under it, not their widths: a column widens with its noisy values (an AVG
+    # that comes out below 1 prints 0.8584).
+    assert got[0].split() == shown[0].split() and len(got[1].split()) == len(shown[1].split())
+    assert len(got) == len(shown)
     assert [line.split()[0] for line in got[2:]] == [line.split()[0] for line in shown[2:]]
 
 

@@ -54,8 +54,7 @@ REJECTED = [
      "'pums' is the name of a declared table.*give the CTE another name"),
     ("SELECT COUNT(*) FROM (SELECT age AS a FROM pums) AS s WHERE s.age > 1", ProgrammingError,
      "s has no column 'age' \\(it has: a\\)"),
-    ("SELECT COUNT(DISTINCT pid) FILTER (WHERE age > 30) FROM pums", QueryRejected,
-     "FILTER \\(WHERE ...\\) on a DISTINCT aggregate is not supported; put the condition in the WHERE clause"),
+    ("SELECT MEDIAN(DISTINCT age) FILTER (WHERE age > 30) FROM pums", QueryRejected, "DISTINCT inside MEDIAN"),
     ("SELECT COUNT(*) FROM pums WHERE age IN (SELECT age FROM pums)", QueryRejected,
      "WHERE: this subquery is not supported.*IN \\(1, 2, 3\\)"),
     # A subquery on a table the policy does not declare: refused as a subquery, not as an unresolvable column.
@@ -74,12 +73,10 @@ REJECTED = [
      "window functions \\(OVER\\) are not supported.*own query without GROUP BY"),
     ("SELECT educ, COUNT(*) FROM pums GROUP BY educ ORDER BY ROW_NUMBER() OVER ()", QueryRejected,
      "ORDER BY .*window functions \\(OVER\\)"),
-    ("SELECT educ, COUNT(*) FROM pums GROUP BY ROLLUP(educ)", QueryRejected,
-     "GROUP BY ROLLUP.*GROUPING SETS \\(several groupings in one query\\).*one query per grouping"),
-    ("SELECT educ, sex, COUNT(*) FROM pums GROUP BY educ, CUBE(sex)", QueryRejected,
-     "GROUP BY CUBE.*one query per grouping"),
-    ("SELECT educ, COUNT(*) FROM pums GROUP BY GROUPING SETS ((educ), ())", QueryRejected,
-     "GROUP BY GROUPING SETS.*one query per grouping"),
+    ("SELECT educ, COUNT(*) FROM pums GROUP BY GROUPING SETS ((educ), (educ))", QueryRejected,
+     "GROUPING SETS.*listed twice"),
+    ("SELECT educ, COUNT(*) FROM pums GROUP BY CUBE(educ, sex, age, married, income, race)", QueryRejected,
+     "64 groupings; at most 32"),
     # ORDER BY takes what HAVING takes, no more: an expression of a column that is no group key is refused,
     # also when an output alias has the column's name (inside an expression DuckDB reads the column).
     ("SELECT educ, COUNT(*) FROM pums GROUP BY educ ORDER BY age % 3", QueryRejected,
@@ -94,7 +91,7 @@ REJECTED = [
     ("PRAGMA database_list", QueryRejected, "only SELECT"),
     ("COPY pums TO '/tmp/out.csv'", QueryRejected, "only SELECT"),
     ("ATTACH '/tmp/x.db'", QueryRejected, "only SELECT"),
-    ("SELECT SUM(DISTINCT income) FROM pums", QueryRejected, "DISTINCT inside SUM"),
+    ("SELECT VAR(DISTINCT income) FROM pums", QueryRejected, "DISTINCT inside VAR"),
 ]
 
 

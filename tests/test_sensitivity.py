@@ -13,6 +13,7 @@ import tempfile
 from fractions import Fraction
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -65,10 +66,12 @@ def _write(folder: Path, units: list[list[tuple]], m: int) -> Path:
                     "k": {"type": "int", "lower": 0, "upper": 9, "nullable": False}}}})
 
 
-def _measurements(policy_path: Path, sql: str, seed: int):
+def measurements(policy_path: Path, sql: str, seed: int, mechanism: MechanismKind = MechanismKind.LAPLACE):
+    """The plan of `sql` and its exact measurements per group (keys -> integers), bounded with this row seed."""
     policy = load_policy(policy_path)
+    accounting = Accounting.ZCDP if mechanism is MechanismKind.GAUSSIAN else Accounting.PURE
     query_plan = plan(check(parse(sql), policy, VOCABULARY),
-                      Budget(Fraction(1), Fraction(1, 10**8), Accounting.PURE, MechanismKind.LAPLACE))
+                      Budget(Fraction(1), Fraction(1, 10**8), accounting, mechanism))
     engine = DuckDBEngine(policy, bounding_seed=seed)
     try:
         rows = engine.run(rewrite(query_plan).sql)
@@ -78,17 +81,33 @@ def _measurements(policy_path: Path, sql: str, seed: int):
     return query_plan, {tuple(r[:keys]): [int(v or 0) for v in r[keys:]] for r in rows}
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(units=datasets, m=st.integers(1, 3), removed=st.integers(0, 5), query=st.sampled_from(QUERIES),
-       seed=st.integers(0, 2**31))
+# Issue 36: sums and averages over distinct values (a unit removes at most its rows' values, adds none), and the
+# units with a row where a condition holds (COUNT(DISTINCT unit) FILTER (WHERE c), as normalize.py writes it).
+DISTINCT_QUERIES = [
+    "SELECT grp, SUM(DISTINCT x), AVG(DISTINCT k), SUM(DISTINCT k) FROM t GROUP BY grp",
+    "SELECT city, AVG(DISTINCT x), COUNT(DISTINCT CASE WHEN k > 3 THEN pid END) FROM t GROUP BY city",
+    "SELECT COUNT(DISTINCT CASE WHEN k > 3 THEN pid END), COUNT(DISTINCT CASE WHEN x > 0 THEN city END), "
+    "SUM(DISTINCT x * 2), COUNT(*) FROM t",
+    "SELECT grp, SUM(DISTINCT k), SUM(k), AVG(DISTINCT k), AVG(k), COUNT(k) FROM t WHERE x IS NOT NULL GROUP BY grp",
+]
+
+
+@pytest.mark.slow  # a property test of many generated cases: the full suite runs it
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(units=datasets, m=st.integers(1, 3), removed=st.integers(0, 5),
+       query=st.sampled_from(QUERIES + DISTINCT_QUERIES), seed=st.integers(0, 2**31))
 def test_one_unit_moves_each_measurement_by_at_most_its_sensitivity(tmp_path_factory, units, m, removed, query,
                                                                    seed) -> None:
+    _moves_within_sensitivity(tmp_path_factory, units, m, removed, query, seed)
+
+
+def _moves_within_sensitivity(tmp_path_factory, units, m, removed, query, seed) -> None:
     removed %= len(units)
     base = tmp_path_factory.mktemp("d")
     with_unit = _write(base / "with", units, m)
     without = _write(base / "without", [u if i != removed else [] for i, u in enumerate(units)], m)
-    query_plan, full = _measurements(with_unit, query, seed)
-    _, neighbour = _measurements(without, query, seed)
+    query_plan, full = measurements(with_unit, query, seed)
+    _, neighbour = measurements(without, query, seed)
     text = explain(query_plan)
     items: dict[tuple, int] = {}
     for j, measurement in enumerate(query_plan.measurements):
@@ -110,8 +129,8 @@ def test_the_worst_case_unit_reaches_the_sensitivity(tmp_path: Path) -> None:
     units = [[("a", "x", 10.0, 9)] * 3, [("b", "y", 1.0, 1)]]
     with_unit, without = _write(tmp_path / "w", units, 2), _write(tmp_path / "o", [[], units[1]], 2)
     for sql in ("SELECT SUM(k), COUNT(*) FROM t", "SELECT SUM(k) FROM t", "SELECT COUNT(*) FROM t"):
-        query_plan, full = _measurements(with_unit, sql, 1)
-        _, neighbour = _measurements(without, sql, 1)
+        query_plan, full = measurements(with_unit, sql, 1)
+        _, neighbour = measurements(without, sql, 1)
         changes = [abs(a - b) for a, b in zip(*itertools.chain(full.values(), neighbour.values()), strict=True)]
         items: dict[tuple, int] = {}
         for change, measurement in zip(changes, query_plan.measurements, strict=True):
@@ -172,6 +191,7 @@ def _pair_dataset(folder: Path, units: list[list[tuple]], m: int, bounds: tuple,
        removed=st.integers(0, 4), query=st.sampled_from(PAIR_QUERIES), budget=st.sampled_from(list(PAIR_BUDGETS)),
        bounds=st.tuples(st.sampled_from(PAIR_BOUNDS), st.sampled_from(PAIR_BOUNDS)),
        caps=st.sampled_from([None, (1, 1), (2, 1), (1, 2), (2, 2)]))
+@pytest.mark.slow  # a property test of many generated cases: the full suite runs it
 def test_a_pair_moves_by_at_most_its_sensitivity_jointly(tmp_path_factory, units, m, removed, query, budget, bounds,
                                                          caps) -> None:
     removed %= len(units)

@@ -26,6 +26,9 @@ from dpsql.session import PrivateSession
 from dpsql.sql import names
 from tests.conftest import SAMPLE, copy_visits_data
 
+# A JVM and Spark sessions: the full suite runs this module, the fast inner loop does not.
+pytestmark = pytest.mark.slow
+
 SEED = 11
 SPARK = EngineChoice("spark", "local[2]", (("spark.sql.shuffle.partitions", "2"),))
 

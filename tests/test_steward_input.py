@@ -89,6 +89,7 @@ def _mutated_policy(rng: random.Random, text: str) -> bytes:
     return "\n".join(lines).encode()
 
 
+@pytest.mark.slow  # a property test of many generated cases: the full suite runs it
 def test_a_fuzzed_policy_loads_or_says_why_in_toml_terms(small_sample: Path) -> None:
     rng = random.Random(14)
     text = small_sample.read_text()

@@ -74,6 +74,7 @@ ACCEPTED = [
     "concat(t, i, u)", "concat(f, b, d)", "concat(s, t)", "t || u", "replace(t, 'a', 'xyz')", "replace(t, u, 'xy')",
     "starts_with(t, u)", "strpos(t, u)", "lower(i)", "length(upper(t))",
     "year(d)", "month(s)", "day(d)", "dayofweek(s)", "dayofyear(d)", "quarter(s)", "week(d)", "week(s)",
+    "dayofmonth(d)", "isodow(s)", "weekofyear(d)", "weekofyear(s)", "hour(s)", "minute(s)", "second(s)",
     *(f"extract({part} FROM {column})" for kind, column in ((Kind.DATE, "d"), (Kind.TIMESTAMP, "s"))
       for part in sorted(EXTRACT_PARTS[kind][0] | EXTRACT_PARTS[kind][1])),
     *(f"date_trunc('{part}', {column})" for kind, column in ((Kind.DATE, "d"), (Kind.TIMESTAMP, "s"))

@@ -237,7 +237,9 @@ class JoinGrammar:
         """A subquery condition the normaliser rewrites (on f's unit or key), and its shape; ("", "") for none."""
         if source.unit != "f.uid" or self.chance(0.4):
             return "", ""
-        choice = self.r.randrange(4)
+        choice = self.r.randrange(8)
+        if choice >= 4:  # issue 36: anywhere in WHERE, correlated beyond the key (analysis/semijoins.py)
+            return self.general_semi_join(choice - 4)
         if choice == 0:
             return f"f.uid IN (SELECT uid FROM f2 WHERE {self.of(f2_columns('f2'), 'bool')})", "IN f2"
         if choice == 1:
@@ -246,6 +248,21 @@ class JoinGrammar:
         if choice == 2:
             return f"f.g IN (SELECT g FROM look WHERE {self.of(look_columns('look'), 'bool')})", "IN look"
         return f"f.uid IN (SELECT uid FROM f AS z WHERE {self.of(f_columns('z'), 'bool')})", "IN f"
+
+    def general_semi_join(self, choice: int) -> tuple[str, str]:
+        """A semi- or anti-join the checker answers as a semi-join flag: NOT EXISTS with a condition on both rows, NOT
+        IN on the unit, EXISTS over f itself under OR, NOT EXISTS over the public table."""
+        if choice == 0:
+            both = self.of(merged(f2_columns("e"), f_columns("f")), "bool")
+            return f"NOT EXISTS (SELECT 1 FROM f2 AS e WHERE e.uid = f.uid AND {both})", "NOT EXISTS f2"
+        if choice == 1:
+            return f"f.uid NOT IN (SELECT uid FROM f2 WHERE {self.of(f2_columns('f2'), 'bool')})", "NOT IN f2"
+        if choice == 2:
+            both = self.of(merged(f_columns("z"), f_columns("f")), "bool")
+            return (f"({self.of(f_columns('f'), 'bool')} OR EXISTS (SELECT 1 FROM f AS z WHERE z.uid = f.uid AND "
+                    f"{both}))", "OR EXISTS f")
+        both = self.of(merged(look_columns("q"), f_columns("f")), "bool")
+        return f"NOT EXISTS (SELECT 1 FROM look AS q WHERE q.g = f.g AND {both})", "NOT EXISTS look"
 
     def where(self, source: Source) -> tuple[str, list[str]]:
         conditions, notes = [], []
@@ -470,9 +487,13 @@ def attack_query(kind: str, joins: int, costly: bool = True) -> str:
     return f"SELECT {counted} FROM f {chain} WHERE f.uid = {TARGET}"
 
 
-def longest_attack(session: PrivateSession, kind: str) -> PreparedQuery:
-    """The attack of `kind` with the most joins the checker accepts (its fan-out limit decides)."""
-    joins, prepared = 1, session.prepare(attack_query(kind, 1), epsilon=EPSILON)
+def longest_attack(session: PrivateSession, kind: str) -> PreparedQuery | None:
+    """The attack of `kind` with the most joins the checker accepts (its fan-out limit and the per-person work
+    bound decide), or None when even one join is refused."""
+    try:
+        joins, prepared = 1, session.prepare(attack_query(kind, 1), epsilon=EPSILON)
+    except Error:
+        return None
     while True:
         try:
             prepared = session.prepare(attack_query(kind, joins + 1), epsilon=EPSILON)
@@ -487,6 +508,9 @@ def attack_lines(worlds: Worlds, repeats: int = 15) -> list[str]:
     out = []
     for kind in ("public", "private"):
         prepared = longest_attack(worlds.sessions["base"], kind)
+        if prepared is None:
+            out.append(f"  {kind}: refused already at one join (the per-person work bound)")
+            continue
         times = interleaved_times(worlds, prepared, repeats)
         middle, fastest = medians(times), {name: min(values) for name, values in times.items()}
         base = operator_rows(worlds.sessions["base"], prepared)

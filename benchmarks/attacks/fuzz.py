@@ -88,12 +88,13 @@ def with_inputs(queries: Sequence[str], rng: random.Random) -> list[Case]:
 @dataclass(frozen=True)
 class Outcome:
     case: Case
-    kind: str  # "answered" | "rejected" | "charged error" | "free answer" | "foreign read" | "crash"
+    # "answered" | "probe" | "rejected" | "charged error" | "free answer" | "foreign read" | "crash"
+    kind: str
     detail: str = ""
 
     @property
     def violation(self) -> bool:
-        return self.kind not in ("answered", "rejected")
+        return self.kind not in ("answered", "probe", "rejected")
 
     @property
     def signature(self) -> str:
@@ -132,6 +133,10 @@ def run_session(session: PrivateSession, case: Case) -> Outcome:
     except Exception as exc:  # a crash: what the oracle exists to find
         return Outcome(case, "crash", f"{type(exc).__name__}: {exc}")
     after, last = charges(ledger)
+    if after == before and result.plan is None and not result.rows and not result.cost.epsilon:
+        # A column probe (analysis/probes.py: LIMIT 0, a WHERE false on every row): the declared columns, no row
+        # whatever the data, so nothing read and nothing to charge.
+        return Outcome(case, "probe")
     if after != before + 1 or last is None or Fraction(last) != result.cost.epsilon:
         return Outcome(case, "free answer", f"charges {before} -> {after}, last {last}, cost {result.cost.epsilon}")
     foreign = foreign_tables(result)

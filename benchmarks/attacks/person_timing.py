@@ -231,7 +231,13 @@ def forms(sizes: Sizes = Sizes()) -> list[Form]:
 
 def fitted(alias: str, length: int, variant: int = 0) -> str:
     """A LIKE over the text whose pattern has `length` characters: the checker counts it the text's length times
-    that (typecheck.py), and with '_' in it DuckDB backtracks over the pattern at every position of the text."""
+    that (typecheck.py), and with '_' in it DuckDB backtracks over the pattern at every position of the text (from 6
+    characters; shorter ones are a plain search, '%aab'). Length 0 or 1: no LIKE, a comparison of an integer (the
+    cheapest row expression), for the paths that multiply a person's rows so far that even '%b' is refused."""
+    if length < 2:
+        return f"{alias}.x >= {length - 1}"
+    if length < 6:
+        return f"{alias}.t LIKE '%{'a' * max(0, length - 2 - variant)}b{'c' * variant}'"
     return f"{alias}.t LIKE '%a_a%{'a' * max(0, length - 6 - variant)}b{'c' * variant}'"
 
 
@@ -293,7 +299,7 @@ def at_the_bound(sizes: Sizes = Sizes()) -> list[tuple[Form, Callable[[int], For
 
 def fit(worlds: Worlds, seed: int, epsilon: float, sized: Callable[[int], Form]) -> Form:
     """The form with the longest pattern the checker admits (prepare only: no charge), or its smallest (refused)."""
-    with sessions(worlds, seed, sized(6).engine) as (session, _):
+    with sessions(worlds, seed, sized(0).engine) as (session, _):
         def accepts(n: int) -> str | None:
             form = sized(n)
             try:
@@ -303,8 +309,10 @@ def fit(worlds: Worlds, seed: int, epsilon: float, sized: Callable[[int], Form])
                 return str(refused)
             return None
 
-        n, _ = deepest(lambda k: accepts(k + 6), 2000)
-    return sized(n + 6)
+        if accepts(0) is not None:
+            return sized(0)  # refused even without a LIKE: played as refused
+        n, _ = deepest(lambda k: accepts(k), 2000)
+    return sized(n)
 
 
 # -- the worlds ----------------------------------------------------------------------------------------------------

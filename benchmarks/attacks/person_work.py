@@ -22,21 +22,22 @@ from pathlib import Path
 from benchmarks.attacks.script import options, scratch
 from benchmarks.support import create_ledger, open_session, write_csv, write_policy
 from dpsql.analysis.person_work import QUERY_FLOOR
+from dpsql.errors import QueryRejected
 from dpsql.session import PrivateSession
 
 PEOPLE, M, HEAVY = 300, 5, 2000
 LONG = "ab" * 500
-SHAPES = {
+SHAPES = {  # each admitted at the default bound, near it (shorter patterns where the rows multiply)
     "cheap filter, long look-ahead": "SELECT COUNT(*) FROM people WHERE tag >= 0",
     "costly LIKE filter": "SELECT COUNT(*) FROM people WHERE note LIKE '%a_b%z%'",
     "costly argument": "SELECT SUM(CASE WHEN note LIKE '%a_b%zz_%' THEN 1 ELSE 0 END) FROM people",
-    "private join": "SELECT SUM(CASE WHEN p.note LIKE '%a_b%z%' THEN 1 ELSE 0 END) FROM people p JOIN visits v "
+    "private join": "SELECT SUM(CASE WHEN p.note LIKE '%z%' THEN 1 ELSE 0 END) FROM people p JOIN visits v "
                     "ON v.pid = p.pid",
-    "public chain": "SELECT COUNT(*), SUM(CASE WHEN p.note LIKE '%a%z%' THEN 1 ELSE 0 END) FROM people p JOIN pairs a "
-                    "ON a.band = p.band JOIN pairs b ON b.band = a.band",
+    "public join": "SELECT COUNT(*), SUM(CASE WHEN p.note LIKE '%z%' THEN 1 ELSE 0 END) FROM people p JOIN pairs a "
+                   "ON a.band = p.band",
     "per-unit subquery": "SELECT AVG(n) FROM (SELECT pid, SUM(CASE WHEN note LIKE '%a_b%z%' THEN 1 ELSE 0 END) AS n "
                          "FROM people GROUP BY pid) AS u",
-    "quantiles": "SELECT MEDIAN(tag), QUANTILE_CONT(tag, 0.9) FROM people WHERE note LIKE '%a%z%'",
+    "quantiles": "SELECT MEDIAN(tag), QUANTILE_CONT(tag, 0.9) FROM people WHERE note LIKE '%z%'",
     "COUNT(DISTINCT)": "SELECT COUNT(DISTINCT REPLACE(note, 'a', 'b')) FROM people",
     "groups one person adds": "SELECT tag, COUNT(*), SUM(cost), AVG(cost) FROM people JOIN visits v USING (pid) "
                               "GROUP BY tag",
@@ -94,7 +95,11 @@ def main() -> None:
             print("| shape | model units for one person | base ms | with the person ms | slowdown | ns per unit |")
             print("|---|---|---|---|---|---|")
             for name, sql in SHAPES.items():
-                units = base.prepare(sql).plan.query.work.total
+                try:
+                    units = base.prepare(sql).plan.query.work.total
+                except QueryRejected as refused:
+                    print(f"| {name} | refused: {str(refused)[:120]} | | | | |")
+                    continue
                 times: tuple[list[float], list[float]] = ([], [])
                 for _ in range(args.runs):  # alternating, so that load on the machine falls on both alike
                     times[0].append(answer_seconds(base, sql))

@@ -8,6 +8,7 @@ the SQL that runs, so the sensitivity holds whatever the engine computes.
 
 from __future__ import annotations
 
+import datetime
 import math
 from collections.abc import Callable
 
@@ -191,7 +192,63 @@ def _any_argument(node: exp.Expression, columns: dict) -> Interval:
     return _hull([node.this, *node.expressions], columns)
 
 
+# Date parts: the calendar's fixed ranges, and for the year and the parts that follow from it the years of the
+# argument's declared range (a date column's `lower`/`upper`), else those DuckDB's date functions are guarded to
+# (typecheck.DATE_GUARD: 1 to 9999). Every aggregated value is clamped to its interval in the SQL that runs
+# (dp/fixedpoint.py), so a date outside them counts as the nearest end: the sensitivity holds whatever the data.
+_GUARDED_YEARS = (1, 9999)
+_PART_RANGES = {
+    "month": (1, 12), "day": (1, 31), "quarter": (1, 4), "dow": (0, 6), "dayofweek": (0, 6), "weekday": (0, 6),
+    "isodow": (1, 7), "doy": (1, 366), "dayofyear": (1, 366), "week": (1, 53), "weekofyear": (1, 53),
+    "hour": (0, 23), "minute": (0, 59), "second": (0, 59), "millisecond": (0, 59_999), "milliseconds": (0, 59_999),
+    "microsecond": (0, 59_999_999), "microseconds": (0, 59_999_999), "era": (0, 1),
+}
+_YEAR_PARTS: dict[str, Callable[[int], float]] = {
+    "year": float, "isoyear": float, "decade": lambda y: float(y // 10), "century": lambda y: float(-(-y // 100)),
+    "millennium": lambda y: float(-(-y // 1000)),
+}
+_FUNCTION_PARTS = {exp.Year: "year", exp.Month: "month", exp.Day: "day", exp.DayOfMonth: "day",
+                   exp.DayOfWeek: "dayofweek", exp.DayOfWeekIso: "isodow", exp.DayOfYear: "dayofyear",
+                   exp.Quarter: "quarter", exp.Week: "week", exp.WeekOfYear: "week", exp.Hour: "hour",
+                   exp.Minute: "minute", exp.Second: "second"}
+
+
+def _date_part(node: exp.Expression, columns: dict) -> Interval:
+    if isinstance(node, exp.Extract):
+        part = (node.this.name if isinstance(node.this, exp.Var | exp.Column | exp.Identifier) else
+                str(node.this.this) if isinstance(node.this, exp.Literal) else "").lower()
+        argument = node.expression
+    else:
+        part, argument = _FUNCTION_PARTS[type(node)], node.this
+    if part in _PART_RANGES:
+        lo, hi = _PART_RANGES[part]
+        return Interval(float(lo), float(hi))
+    first, last = _years(argument, columns)
+    if part in _YEAR_PARTS:
+        if part == "isoyear":  # the ISO year of early January or late December is the year before or after
+            first, last = first - 1, last + 1
+        return Interval(_YEAR_PARTS[part](first), _YEAR_PARTS[part](last))
+    if part == "yearweek":  # the ISO year times 100 plus the ISO week
+        return Interval(float((first - 1) * 100 + 1), float((last + 1) * 100 + 53))
+    if part == "epoch":  # seconds since 1970-01-01 from the first day of the first year to the end of the last
+        start = datetime.datetime(first, 1, 1)
+        end = datetime.datetime(last, 12, 31, 23, 59, 59, 999999)
+        epoch = datetime.datetime(1970, 1, 1)
+        return Interval((start - epoch).total_seconds(), (end - epoch).total_seconds())
+    raise Unbounded(f"cannot bound {_text(node)}: the date part '{part}' has no interval rule")
+
+
+def _years(argument: exp.Expression, columns: dict) -> tuple[int, int]:
+    """The years a date argument can have: a bare column's declared range, else the guarded years."""
+    bare = argument.unnest()
+    if isinstance(bare, exp.Column) and bare.name in columns and columns[bare.name].earliest is not None:
+        return columns[bare.name].earliest.year, columns[bare.name].latest.year
+    return _GUARDED_YEARS
+
+
 _RULES: dict[type, Callable[[exp.Expression, dict], Interval]] = {
+    exp.Extract: _date_part,
+    **{function: _date_part for function in _FUNCTION_PARTS},
     exp.Column: _column,
     exp.Literal: _literal,
     exp.Boolean: lambda node, _: Interval(float(node.this), float(node.this)),

@@ -23,6 +23,7 @@ from sqlglot.optimizer.qualify import qualify
 
 from dpsql.analysis import person_work
 from dpsql.analysis.bounds import Unbounded, interval_of
+from dpsql.analysis.grouping_sets import flat_grouping_sets, grouping_bits, grouping_ids, grouping_indices
 from dpsql.analysis.per_unit import per_unit_relation, resolve_per_unit
 from dpsql.analysis.public_facts import PublicFacts
 from dpsql.analysis.quantile_calls import quantile_parts
@@ -56,6 +57,8 @@ class Vocabulary:
 
     functions: Mapping[type[exp.Expression], AggregateKind]  # each sqlglot call and the kind it asks for
     supported: str  # every supported aggregate, for the message that refuses another
+    # The kind a call asks for with DISTINCT in it (SUM(DISTINCT x): "sum" -> "sum_distinct"), where there is one.
+    distinct: Mapping[AggregateKind, AggregateKind] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,9 @@ class GroupKey:
     expression: exp.Expression
     domain: tuple[Any, ...] | None  # the public values; None means the keys need partition selection
     cost: int = 1  # the work it costs on one row, at most (typecheck.py)
+    # The hidden last key of a query with grouping sets: which grouping a group is of (DuckDB's GROUPING() of all the
+    # other keys), computed by the aggregation, never from a row.
+    grouping_id: bool = False
 
     @functools.cached_property
     def text(self) -> str:
@@ -103,6 +109,9 @@ class CheckedQuery:
     output_aggregate: tuple[int | None, ...]  # per output, the one aggregate it is a monotone function of
     output_noisy: tuple[bool, ...]  # per output, whether it depends on any aggregate
     relation: Relation | None = None  # the joined tables the query reads, or None for one table
+    # ROLLUP, CUBE, GROUPING SETS: the groupings released together, each the indices of the keys it groups by (the
+    # last key is then the grouping id: grouping_sets.py); () for a plain GROUP BY.
+    groupings: tuple[tuple[int, ...], ...] = ()
     # The row filter reads only the unit and columns declared per_unit: it keeps whole units or none, so the rank
     # prepared at load caps the query (rewrite/bounding.cap_rows).
     whole_units: bool = False
@@ -130,6 +139,7 @@ def check(parsed: ParsedQuery, policy: Policy, vocabulary: Vocabulary,
     tree, relation = per_unit if per_unit is not None else resolve(
         tree, policy, facts, lambda subquery: per_unit_relation(subquery, policy, _type_check, facts))
     tree = _distinct_as_groups(tree)
+    tree, grouping_sets = flat_grouping_sets(tree)  # ROLLUP, CUBE, GROUPING SETS: several groupings of the keys
     _check_clauses(tree)
     table = relation.schema if relation is not None else _table_of(tree, policy)
     _refuse_subqueries(tree)
@@ -148,6 +158,10 @@ def check(parsed: ParsedQuery, policy: Policy, vocabulary: Vocabulary,
         vet_row_expression(where.this, "WHERE")
         where_cost = _type_check(where.this, table, "WHERE", boolean=True).cost
     keys = tuple(_group_key(e, table) for e in _group_expressions(tree))
+    groupings = grouping_indices(tree, grouping_sets, _group_expressions(tree))
+    if groupings:
+        keys = (*keys, GroupKey(exp.Grouping(expressions=[k.expression.copy() for k in keys]),
+                                grouping_ids(groupings, len(keys)), cost=0, grouping_id=True))
     aggregates = _AggregateCalls(table, vocabulary)
     outer = _outer_query(tree, table, keys, aggregates)
     _check_constants(tree)
@@ -168,7 +182,9 @@ def check(parsed: ParsedQuery, policy: Policy, vocabulary: Vocabulary,
         output_noisy=tuple(bool(_aggregate_columns(e.this)) for e in outer.expressions),
         relation=relation,
         whole_units=whole_units,
-        work=_person_work(table, relation, where, where_cost, keys, aggregates.calls, policy, whole_units),
+        work=_person_work(table, relation, where, where_cost, keys, aggregates.calls, policy, whole_units,
+                          groupings),
+        groupings=groupings,
     )
 
 
@@ -180,13 +196,17 @@ def keeps_whole_units(table: TablePolicy, where: exp.Expression) -> bool:
 
 def _person_work(table: TablePolicy, relation: Relation | None, where: exp.Where | None, where_cost: int | None,
                  keys: tuple[GroupKey, ...], aggregates: list[AggregateCall], policy: Policy,
-                 whole_units: bool) -> person_work.PersonWork:
-    """The most work one person's rows can cause (person_work.py): refused over the policy's bound."""
+                 whole_units: bool, groupings: tuple[tuple[int, ...], ...] = ()) -> person_work.PersonWork:
+    """The most work one person's rows can cause (person_work.py): refused over the policy's bound. `groupings`: the
+    grouping sets (each row is aggregated into each, and adds candidate groups to those with keys that go through
+    partition selection)."""
     m = table.bound.max_rows
     # The candidate groups one person can add, which partition selection goes through (public keys: none).
-    selected = any(key.domain is None for key in keys)
-    groups = min(m, table.bound.max_groups or m) if selected else 0
-    expressions = [(k.text, k.cost) for k in keys] + [(a.text, a.cost) for a in aggregates if a.cost]
+    selected = sum(1 for grouping in groupings or [range(len(keys))] if any(keys[i].domain is None for i in grouping))
+    groups = min(m, table.bound.max_groups or m) * selected
+    expressions = [(k.text, k.cost) for k in keys if not k.grouping_id] + [(a.text, a.cost) for a in aggregates
+                                                                            if a.cost]
+    expressions += person_work.grouping_terms(len(groupings), len(aggregates))
     # One bucket query per quantile argument reads the bounded rows again (rewrite/quantile_buckets.py).
     passes = 1 + len({a.argument for a in aggregates if a.fraction is not None})
     inherited = relation.work if relation is not None else ()
@@ -330,13 +350,10 @@ def _refuse_subqueries(tree: exp.Select) -> None:
         label = {"expressions": "SELECT", "from_": "FROM", "group": "GROUP BY", "order": "ORDER BY"}.get(
             clause.arg_key, clause.arg_key.upper())
         hint = "ask the inner query on its own"
-        if isinstance(node.parent, exp.In):
-            hint = ("IN (SELECT ...) is answered over public tables, or on the privacy unit over a private table "
-                    "(unit IN (SELECT unit FROM t WHERE ...)) as an AND-ed WHERE condition; otherwise list the values: "
-                    "IN (1, 2, 3)")
-        elif isinstance(node.parent, exp.Exists):
-            hint = ("EXISTS is answered when correlated on one key equality, as an AND-ed WHERE condition; "
-                    "otherwise ask the inner query on its own")
+        if isinstance(node.parent, exp.In | exp.Exists):
+            hint = ("IN (SELECT ...) and EXISTS are answered in WHERE, over public tables, or over a private table "
+                    "of the query's unit correlated on the unit (unit IN (SELECT unit FROM t WHERE ...), EXISTS "
+                    "(SELECT ... FROM t WHERE t.unit = outer.unit AND ...)); otherwise list the values: IN (1, 2, 3)")
         raise QueryRejected(f"{label}: this subquery is not supported: {hint}")
 
 
@@ -533,9 +550,20 @@ def _replace_private(node: exp.Expression, table: TablePolicy, key_index: dict[e
                      aggregates: _AggregateCalls, context: _Place) -> exp.Expression:
     """A copy of `node` where group keys and aggregates are columns of __noisy; anything else that would read
     a private row is refused. Keys match structurally, the largest matching subtree first (pre-order)."""
+    grouping = next((i for key, i in key_index.items() if isinstance(key, exp.Grouping)), None)
+
     def swap(part: exp.Expression) -> exp.Expression:
         if part in key_index:
             return names.key_column(key_index[part])
+        if isinstance(part, exp.Grouping | exp.GroupingId):
+            # GROUPING(a, b): which of its keys the group's grouping rolls up, read from the grouping id (0 without
+            # grouping sets, as in DuckDB)
+            indices = [key_index.get(argument) for argument in part.expressions]
+            if not indices or None in indices:
+                raise QueryRejected(f"{context}: GROUPING() takes group keys of the query")
+            if grouping is None:
+                return exp.Literal.number(0)
+            return grouping_bits(indices, grouping, names.key_column(grouping))
         if isinstance(part, exp.Window):  # before its function: RANK() or SUM(COUNT(*)) is not the problem
             raise QueryRejected(f"{context}: window functions (OVER) are not supported, even computed across the "
                                 "released groups. To rank groups or keep the top ones, use ORDER BY and LIMIT "
@@ -582,7 +610,12 @@ def _aggregate(node: exp.Expression, table: TablePolicy, vocabulary: Vocabulary,
                             f"bound, so it has no differentially private answer here (supported: "
                             f"{vocabulary.supported})")
     if isinstance(argument, exp.Distinct):
-        raise QueryRejected(f"{text}: DISTINCT inside {kind.upper()} is not supported")
+        if kind not in vocabulary.distinct or len(argument.expressions) != 1:
+            written = node.this if isinstance(node, exp.WithinGroup) else node
+            name = written.sql_name() if isinstance(written, exp.Func) else kind
+            raise QueryRejected(f"{text}: DISTINCT inside {name.upper()} is not supported (SUM, AVG and COUNT "
+                                "take DISTINCT)")
+        kind, argument = vocabulary.distinct[kind], argument.expressions[0]
     if argument is None:  # QUANTILE_CONT(, 0.5) parses
         raise QueryRejected(f"{text}: {kind.upper()} needs a value to aggregate")
     vet_row_expression(argument, text)
@@ -617,10 +650,30 @@ def _count_distinct(inner: list[exp.Expression], table: TablePolicy, node: exp.E
     (argument,) = inner
     if isinstance(argument, exp.Column) and table.privacy_unit is not None and argument.name == table.privacy_unit:
         return AggregateCall(COUNT_UNITS, None, None, False, node)
+    condition = _units_where(argument, table)
+    if condition is not None:
+        # COUNT(DISTINCT unit) FILTER (WHERE c), as normalize.py writes it: the units with a row where c holds. One
+        # unit adds at most 1 to each group it reaches, as without the condition.
+        vet_row_expression(condition, text)
+        typed = _type_check(condition, table, text, boolean=True)
+        return AggregateCall(COUNT_UNITS, exp.Distinct(expressions=[condition]), None, False, node, cost=typed.cost)
     vet_row_expression(argument, text)
     typed = _type_check(argument, table, text)
     # Hashed for its distinct values: as many units as the value can have characters, besides computing it.
     return AggregateCall(COUNT_DISTINCT, argument, None, True, node, cost=typed.cost + typed.length)
+
+
+def _units_where(argument: exp.Expression, table: TablePolicy) -> exp.Expression | None:
+    """c, when `argument` is `CASE WHEN c THEN unit END` (no ELSE, or ELSE NULL): the unit where c holds."""
+    bare = argument.unnest()
+    if not isinstance(bare, exp.Case) or bare.this is not None or len(bare.args.get("ifs") or []) != 1 \
+            or not isinstance(bare.args.get("default") or exp.null(), exp.Null) or table.privacy_unit is None:
+        return None
+    branch = bare.args["ifs"][0]
+    result = branch.args["true"].unnest()
+    if isinstance(result, exp.Column) and result.name == table.privacy_unit:
+        return branch.this
+    return None
 
 
 def _nullable(expression: exp.Expression, table: TablePolicy) -> bool:

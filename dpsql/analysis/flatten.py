@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import duckdb
 from sqlglot import exp
 
+from dpsql.analysis.written_joins import columns_of
 from dpsql.errors import ProgrammingError, QueryRejected
 from dpsql.policy import Policy
 from dpsql.sql.parse import DIALECT
@@ -367,3 +368,129 @@ def _positional_safe(replacement: exp.Expression, written: exp.Expression) -> ex
             and any(True for _ in written.find_all(exp.Column)):
         raise _CannotMerge()
     return replacement
+
+
+def merge_join_members(tree: exp.Select, policy: Policy) -> None:
+    """A row-level subquery joined to other tables (a CTE of a private table joined on the unit: `WITH p AS (SELECT
+    patient_id, insurance FROM patients WHERE birth_year > 1950) ... JOIN p ON v.patient_id = p.patient_id`) is the
+    table it reads, under the subquery's alias, with its WHERE where that table is joined: the outer WHERE for the
+    first table in FROM (and for a comma join), the join's ON otherwise. Exact: `a JOIN (SELECT ... FROM t WHERE f)
+    AS s ON c` keeps the pairs where c and f hold, which is `a JOIN t AS s ON c AND f`, also for the optional side
+    of a LEFT join (a row of the kept side meeting no row of t that passes f keeps its NULLs either way); for the
+    first table, and the kept side of a LEFT join, f only drops its own rows, which WHERE does too. Every reference
+    to the subquery's columns becomes the expression it stands for (resolved as in `flatten`). A subquery this
+    cannot merge exactly (aggregates, an unqualified name that another source may also have) is left as written."""
+    for select in reversed(list(tree.find_all(exp.Select))):
+        joins = select.args.get("joins")
+        if not joins or select.args.get("from_") is None:
+            continue
+        for index in range(len(joins) + 1):
+            source = ([select.args["from_"].this] + [j.this for j in select.args["joins"]])[index]
+            if not isinstance(source, exp.Subquery) or not isinstance(source.this, exp.Select) or any(
+                    value for key, value in source.args.items() if key not in ("this", "alias")):
+                continue
+            try:
+                _merge_member(select, index, policy)
+            except _CannotMerge:
+                continue
+
+
+# The clauses of a SELECT whose column references may name a joined source (its FROM sources aside).
+_REFERRING = ("expressions", "where", "group", "having", "qualify", "order")
+
+
+def _merge_member(select: exp.Select, index: int, policy: Policy) -> None:
+    sources = [select.args["from_"].this] + [j.this for j in select.args["joins"]]
+    source = sources[index]
+    alias_node = source.args.get("alias")
+    if alias_node is None or not alias_node.name:
+        raise _CannotMerge()
+    alias = alias_node.name
+    outputs, where, table = _inner_outputs(source.this, policy)
+    outputs = _renamed(outputs, alias_node, "the joined subquery")
+    inner = table.alias_or_name.lower()
+
+    def requalified(node: exp.Expression) -> exp.Expression:
+        return node.transform(lambda n: exp.column(n.name, alias) if isinstance(n, exp.Column) and (
+            n.table or "").lower() == inner else n)
+
+    named = _names(alias.lower(), [(n, requalified(e)) for n, e in outputs if n])
+    others = [columns_of(s, policy) for i, s in enumerate(sources) if i != index]
+    join = select.args["joins"][index - 1] if index else None
+    inner_join = join is not None and not join.args.get("side") and (join.args.get("kind") or "").upper() in (
+        "", "INNER", "CROSS")
+    # Where the subquery's WHERE goes: the outer WHERE for the first table and an inner join without ON (a comma or
+    # USING join), the join's ON otherwise.
+    in_where = join is None or (join.args.get("on") is None and inner_join)
+    if join is not None and join.args.get("using"):
+        for name in join.args["using"]:
+            found = named.columns.get(name.name.lower())
+            if not (isinstance(found, exp.Column) and found.name.lower() == name.name.lower()):
+                raise _CannotMerge()  # USING names a column the table has under another name, or an expression
+    if not in_where and join.args.get("on") is None:
+        raise _CannotMerge()  # an outer join without ON: nowhere exact to put the filter
+
+    def replace(column: exp.Column, nested: bool) -> exp.Expression | None:
+        if column.table:
+            return named.find(column, "the joined subquery") if column.table.lower() == alias.lower() else None
+        name = column.name.lower()
+        if nested or name not in named.columns:
+            return None
+        if any(names is None for names in others):
+            raise _CannotMerge()  # another source's columns are not known here: the name might be its
+        if any(name in names for names in others):
+            return None  # ambiguous: DuckDB refuses it, and so will the checker
+        return named.find(column, "the joined subquery")
+
+    rewritten: dict[str, exp.Expression] = {}
+    for key in _REFERRING:
+        value = select.args.get(key)
+        if value:
+            rewritten[key] = [_replaced(v, replace) for v in value] if isinstance(value, list) else \
+                _replaced(value, replace)
+    ons = [_replaced(j.args["on"], replace) if j.args.get("on") is not None else None for j in select.args["joins"]]
+    # Everything resolved: now change the tree.
+    for key, value in rewritten.items():
+        select.set(key, value)
+    for j, on in zip(select.args["joins"], ons, strict=True):
+        if on is not None:
+            j.set("on", on)
+    kept = table.copy()
+    kept.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
+    source.replace(kept)
+    if where is None:
+        return
+    condition = requalified(where)
+    if in_where:
+        current = select.args.get("where")
+        select.set("where", exp.Where(this=exp.and_(condition, current.this) if current is not None else condition))
+    else:
+        join.set("on", exp.and_(join.args["on"], condition))
+
+
+def _replaced(node: exp.Expression, replace) -> exp.Expression:
+    """A copy of `node` with each column `replace` gives an expression for replaced by it (parenthesised inside an
+    operator); `replace` is told whether the column sits in a nested query (where only qualified names are ours)."""
+    node = node.copy()
+    for column in list(node.find_all(exp.Column)):
+        if isinstance(column.this, exp.Star):
+            continue
+        nested = False
+        parent = column.parent
+        while parent is not None and parent is not node:
+            if isinstance(parent, exp.Query | exp.Subquery):
+                nested = True
+                break
+            parent = parent.parent
+        found = replace(column, nested)
+        if found is None:
+            continue
+        found = found.copy()
+        if not isinstance(found, exp.Column | exp.Literal | exp.Paren | exp.Func | exp.Boolean | exp.Null) \
+                and not isinstance(column.parent, _WHOLE):
+            found = exp.Paren(this=found)
+        if column is node:
+            return found
+        column.replace(found)
+    refuse_oversized(sum(1 for _ in node.walk()), "the query's joined subqueries")
+    return node

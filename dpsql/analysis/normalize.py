@@ -13,7 +13,12 @@ each one, and tests/test_normalize.py runs generated queries both ways in DuckDB
 - `unit IN (SELECT unit FROM private_table WHERE ...)`, a condition of the WHERE, becomes a join with that table's
   qualifying units, one row each: the checker's join rules then decide (the same privacy unit on both sides);
 - `EXISTS (SELECT ... FROM t WHERE t.k = outer.x AND ...)`, a condition of the WHERE, is `outer.x IN (SELECT t.k
-  FROM t WHERE ...)`, and goes the two ways above.
+  FROM t WHERE ...)`, and goes the two ways above;
+- joins as written (written_joins.py): RIGHT JOIN mirrored, comma joins on their WHERE equalities, conditions in ON
+  beside the keys moved to where they filter; and a row-level subquery joined merged into the join (flatten.py);
+- subqueries of public tables read at check time (public_relations.py): one in FROM or JOIN is its rows, written
+  into the SQL; a scalar one its value; an uncorrelated EXISTS its truth.
+EXISTS and IN left in WHERE (under OR or NOT, correlated beyond one key) are the checker's semi-joins (semijoins.py).
 The checker then sees one SELECT over one table, and what it checks is what runs: nothing here reads the data, and
 the rewrite neither adds a row nor a column the written query did not read. What it cannot rewrite exactly stays
 as written, for the checker to refuse or to handle. The outputs keep the names the analyst's SQL gives them.
@@ -26,9 +31,11 @@ from dataclasses import replace
 from sqlglot import exp
 
 from dpsql.analysis.check import written_output_names
-from dpsql.analysis.flatten import flatten, has_aggregate, refuse_oversized
+from dpsql.analysis.flatten import flatten, has_aggregate, merge_join_members, refuse_oversized
 from dpsql.analysis.public_facts import PublicFacts
 from dpsql.analysis.public_query import public_sql
+from dpsql.analysis.public_relations import materialize
+from dpsql.analysis.written_joins import has_written_joins, join_filters, written_joins
 from dpsql.errors import QueryRejected
 from dpsql.policy import Policy
 from dpsql.sql.parse import DIALECT, ParsedQuery, literal
@@ -47,6 +54,13 @@ def normalize(parsed: ParsedQuery, policy: Policy, facts: PublicFacts | None = N
         return parsed
     tree = parsed.tree.copy()
     _inline_ctes(tree, policy)
+    written_joins(tree, policy)
+    if facts is not None:
+        materialize(tree, policy, facts)
+    merge_join_members(tree, policy)
+    join_filters(tree, policy)
+    if facts is not None:
+        materialize(tree, policy, facts)  # the public tables a LEFT join's ON filtered
     _exists_as_in(tree, policy)
     if facts is not None:
         _public_in_lists(tree, policy, facts)
@@ -58,6 +72,8 @@ def normalize(parsed: ParsedQuery, policy: Policy, facts: PublicFacts | None = N
 
 
 def _has_work(tree: exp.Select) -> bool:
+    if has_written_joins(tree):
+        return True
     for node in tree.walk():
         if isinstance(node, exp.With | exp.Subquery | exp.Filter):
             return True
@@ -286,11 +302,17 @@ def _unfilter_aggregates(tree: exp.Select) -> None:
         elif not isinstance(call, _NULL_SKIPPING):
             continue  # left as written: the checker refuses FILTER on it
         argument = call.this if slot == "this" else call.expressions[0]
-        if isinstance(argument, exp.Distinct):
-            raise QueryRejected(f"{node.sql(DIALECT)}: FILTER (WHERE ...) on a DISTINCT aggregate is not "
-                                "supported; put the condition in the WHERE clause")
-        value = exp.Literal.number(1) if argument is None or isinstance(argument, exp.Star) else argument
         unfiltered = call.copy()
+        if isinstance(argument, exp.Distinct):
+            # AGG(DISTINCT x) FILTER (WHERE c) is AGG(DISTINCT CASE WHEN c THEN x END): the distinct non-NULL
+            # values among the rows where c is TRUE, which DISTINCT skips NULL for.
+            if len(argument.expressions) != 1 or slot != "this":
+                continue  # DISTINCT of several expressions, VAR(DISTINCT x): left as written, for the checker
+            case = exp.Case(ifs=[exp.If(this=condition.copy(), true=argument.expressions[0].copy())])
+            unfiltered.set(slot, exp.Distinct(expressions=[case]))
+            node.replace(unfiltered)
+            continue
+        value = exp.Literal.number(1) if argument is None or isinstance(argument, exp.Star) else argument
         case = exp.Case(ifs=[exp.If(this=condition.copy(), true=value.copy())])
         unfiltered.set(slot, case if slot == "this" else [case])
         node.replace(unfiltered)

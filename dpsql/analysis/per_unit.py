@@ -29,7 +29,9 @@ from sqlglot.optimizer.qualify import qualify
 from dpsql.analysis import person_work
 from dpsql.analysis.bounds import Unbounded, interval_of
 from dpsql.analysis.public_facts import PublicFacts
+from dpsql.analysis.public_relations import public_relation
 from dpsql.analysis.relation import JOINED, Relation, gated, resolve
+from dpsql.analysis.semijoins import has_semijoins
 from dpsql.analysis.typecheck import Typed, total_expression
 from dpsql.analysis.vetting import may_fail, vet_row_expression
 from dpsql.analysis.written_types import written_type
@@ -58,8 +60,9 @@ def resolve_per_unit(tree: exp.Select, policy: Policy, type_check: TypeCheck,
     """The outer query over the per-unit relation, if its FROM is a subquery and nothing else; None otherwise (a
     subquery joined to tables is a member of a join: relation.py asks `per_unit_relation` for it)."""
     from_ = tree.args.get("from_")
-    if from_ is None or not isinstance(from_.this, exp.Subquery) or tree.args.get("joins"):
-        return None
+    if from_ is None or not isinstance(from_.this, exp.Subquery) or tree.args.get("joins") \
+            or public_relation(from_.this) is not None or has_semijoins(tree):
+        return None  # a join (or a semi-join) reads it as one of its members: relation.py
     subquery = from_.this
     relation = per_unit_relation(subquery, policy, type_check, facts)
     outer = tree.copy()
@@ -87,7 +90,7 @@ def per_unit_relation(subquery: exp.Subquery, policy: Policy, type_check: TypeCh
             raise QueryRejected(f"{_RULE}; {item.sql(DIALECT)} is not a named COUNT, SUM, AVG, MIN or MAX (name it: "
                                 f"{item.sql(DIALECT)} AS n)")
     joined = None
-    if inner.args.get("joins"):
+    if inner.args.get("joins") or has_semijoins(inner):
         inner, joined = resolve(inner, policy, facts)  # the joined rows, capped: at most m per unit
         if joined is None:
             raise QueryRejected(f"{_RULE}; a JOIN needs a table in FROM before it")
@@ -242,7 +245,15 @@ def _aggregate_column(call: exp.Expression, name: str, table: TablePolicy, m: in
         # A unit is in the subquery only with at least one row: COUNT(*) is 1..m (COUNT(x) may be 0).
         return _count_column(name, m, nullable=False, lowest=1), exp.Count(this=exp.Star()), 0
     if isinstance(argument, exp.Distinct):
-        raise QueryRejected(f"{place}: DISTINCT is not supported")
+        if kind != "COUNT" or len(argument.expressions) != 1:
+            raise QueryRejected(f"{place}: DISTINCT is not supported here (COUNT(DISTINCT x) is)")
+        # The distinct non-NULL values of x among the unit's capped rows: in [0, m], as COUNT(x) is. x as written
+        # (total, not clamped: clamping could merge distinct values).
+        (value,) = argument.expressions
+        vet_row_expression(value, place)
+        typed = type_check(value, table, place)  # hashed for its distinct values: its length, besides computing it
+        return _count_column(name, m, nullable=False), exp.Count(this=exp.Distinct(expressions=[
+            _total(value, table)])), typed.cost + typed.length
     vet_row_expression(argument, place)
     cost = type_check(argument, table, place, numeric=kind != "COUNT").cost
     column, value = _argument_column(kind, call, argument, name, table, m)

@@ -40,7 +40,14 @@ QUERY_FLOOR = 500_000
 ROW = 4  # one row through one stage of the bounded query (measured: 2-8 ns per row and stage)
 JOIN = 8  # one row a join outputs (measured: 7-9 ns per joined row)
 DRAW = 2_500  # one noise draw in Python (measured: about 5 us)
-CANDIDATE = DRAW + 500  # a candidate group in Python: its selection count's noise, and its cells
+# A candidate group of partition selection: its selection count's noise and its cells in Python (about 8 us a
+# group, measured over 10,000), its group in the engine and its row fetched (1-3 us): about 10 us, 5,000 units.
+# (At 3,000, fifteen groups of one person told the secret in 42 of 48 rounds at the bound, counting DuckDB's fixed
+# cost of a vector flowing: benchmarks/attacks/person_timing.py --bound 1, "candidate groups".)
+CANDIDATE = 5_000
+# One row the filtered cap ranks past the lists (its window: a sort and a running count per person), measured
+# about 200 ns a row by benchmarks/attacks/person_work.py (its "cheap filter, long look-ahead").
+WINDOW = 100
 LISTED = 4  # rewrite/bounding.LISTED_DEPTH: the later rows whose earlier rows' values are listed beside them
 MAX_EXAMINED = 1_000_000  # the filtered cap's look-ahead never exceeds this many rows per person
 
@@ -91,6 +98,14 @@ def join_terms(what: str, rows_before: int, rows_after: int) -> list[WorkTerm]:
     return [WorkTerm(what, rows_before, ROW), WorkTerm(what, rows_after, JOIN)]
 
 
+def grouping_terms(groupings: int, aggregates: int) -> list[tuple[str, int]]:
+    """GROUPING SETS: each row goes into the hash table of every grouping with its aggregates' states, where a plain
+    GROUP BY has one: the groupings beyond the first, as an expression costing that much on each row."""
+    if groupings <= 1:
+        return []
+    return [(f"aggregating each row into {groupings} groupings", (groupings - 1) * ROW * (2 + aggregates))]
+
+
 def stage_terms(rows: int, filter_cost: int | None, filter_text: str,
                 expressions: Sequence[tuple[str, int]]) -> list[WorkTerm]:
     """Rows through a filter (once on each), then through keys and aggregate arguments (`expressions`: their text
@@ -132,7 +147,7 @@ def with_lookahead(terms: Sequence[WorkTerm], passes: int, limits: WorkLimits, f
 
     def read(examined: int) -> list[WorkTerm]:
         """The filter's runs, and past the lists the window that ranks the rows read."""
-        ranked = [WorkTerm("ranking the rows the filter reads", examined, 2 * ROW)] if examined > m + LISTED else []
+        ranked = [WorkTerm("ranking the rows the filter reads", examined, WINDOW)] if examined > m + LISTED else []
         return [WorkTerm(filter_text, filter_runs(examined, m), filter_cost), *ranked]
 
     def cost(examined: int) -> int:
@@ -140,7 +155,7 @@ def with_lookahead(terms: Sequence[WorkTerm], passes: int, limits: WorkLimits, f
 
     examined = m
     if cost(m + LISTED + 1) <= room:
-        examined = min(MAX_EXAMINED, m + LISTED + 1 + (room - cost(m + LISTED + 1)) // (filter_cost + 2 * ROW))
+        examined = min(MAX_EXAMINED, m + LISTED + 1 + (room - cost(m + LISTED + 1)) // (filter_cost + WINDOW))
     elif cost(m + LISTED) <= room:
         examined = m + LISTED
     work = PersonWork((*fixed.terms, *read(examined)), passes, fixed.limit, examined, fixed.release)
@@ -163,5 +178,5 @@ def _refuse_over(work: PersonWork, limits: WorkLimits) -> None:
         "functions)")
 
 
-__all__ = ["QUERY_FLOOR", "PersonWork", "WorkTerm", "bound", "join_terms", "limit_of",
+__all__ = ["QUERY_FLOOR", "PersonWork", "WorkTerm", "bound", "grouping_terms", "join_terms", "limit_of",
            "stage_terms", "with_lookahead"]

@@ -27,3 +27,17 @@ class PublicFacts(Protocol):
     def values(self, sql: str, limit: int) -> tuple[Any, ...] | None:
         """The distinct values of the one column of `sql`, a query of public tables only (public_query.py resolved
         it: every table a declared public one); None if there are more than `limit` or the query fails."""
+
+    def rows(self, sql: str, limit: int) -> PublicRows | None:
+        """The whole result of `sql`, a query of public tables only (public_query.py resolved it), with its columns'
+        names and types; None if it has more than `limit` rows or fails (a correlated subquery fails on its own)."""
+
+
+@dataclass(frozen=True)
+class PublicRows:
+    """The result of a query of public tables only, read in full: each column's name and DuckDB type, and the rows
+    (a DATE, TIMESTAMP or any type Python does not hold exactly as DuckDB's text of it), sorted."""
+
+    names: tuple[str, ...]
+    types: tuple[str, ...]
+    rows: tuple[tuple[Any, ...], ...]

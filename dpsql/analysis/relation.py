@@ -38,9 +38,10 @@ from sqlglot import exp
 from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.qualify import qualify
 
-from dpsql.analysis import person_work
+from dpsql.analysis import person_work, semijoins
 from dpsql.analysis.bounds import MAX_MAGNITUDE
 from dpsql.analysis.public_facts import PublicFacts
+from dpsql.analysis.public_relations import PublicRelation, public_relation
 from dpsql.dp.fixedpoint import fixed_point
 from dpsql.errors import ProgrammingError, QueryRejected
 from dpsql.policy import ColumnPolicy, ColumnType, ContributionBound, Policy, TablePolicy, WorkLimits
@@ -75,6 +76,15 @@ class _Member:
     name: str  # the prepared table's alias in the relation's SQL
     join: exp.Join | None  # None for the first table
     derived: Relation | None = None  # a per-unit subquery: its rows, one per unit, instead of a prepared table
+    public: Public | None = None  # a public relation (public_relations.py): its rows, written into the SQL
+
+
+@dataclass(frozen=True)
+class Public:
+    """A public relation in FROM: its facts and its SQL (a VALUES list of its rows)."""
+
+    relation: PublicRelation
+    sql: exp.Select
 
 
 # The placeholder table name of the i-th subquery in FROM while the join is resolved.
@@ -82,25 +92,32 @@ def _placeholder(index: int) -> str:
     return f"__dp_sub{index}"
 
 
-def _derived_tables(tree: exp.Select, subquery: SubqueryRelation | None) -> tuple[exp.Select, dict[str, Relation]]:
-    """The query with each subquery in FROM replaced by a placeholder table, and the placeholders' relations."""
+def _derived_tables(tree: exp.Select, subquery: SubqueryRelation | None
+                    ) -> tuple[exp.Select, dict[str, Relation], dict[str, Public]]:
+    """The query with each subquery in FROM replaced by a placeholder table, and the placeholders' relations: a
+    per-unit one's, or a public relation's rows."""
     sources = [tree.args["from_"].this] + [join.this for join in tree.args.get("joins") or []]
     if not any(isinstance(source, exp.Subquery) for source in sources):
-        return tree, {}
+        return tree, {}, {}
     for source in sources:
         if isinstance(source, exp.Table) and names.is_reserved(source.name):
             raise ProgrammingError(f"unknown table '{source.name}'")
-    if subquery is None:
+    if subquery is None and any(isinstance(source, exp.Subquery) and public_relation(source) is None
+                                for source in sources):
         raise QueryRejected("a subquery cannot be joined here")
     tree = tree.copy()
     sources = [tree.args["from_"].this] + [join.this for join in tree.args.get("joins") or []]
-    derived = {}
+    derived, publics = {}, {}
     for index, source in enumerate(sources):
         if isinstance(source, exp.Subquery):
-            derived[_placeholder(index)] = subquery(source)
+            found = public_relation(source)
+            if found is not None:
+                publics[_placeholder(index)] = Public(found, source.this)
+            else:
+                derived[_placeholder(index)] = subquery(source)
             source.replace(exp.alias_(exp.to_table(_placeholder(index)), source.alias_or_name or _placeholder(index),
                                       table=True))
-    return tree, derived
+    return tree, derived, publics
 
 
 SubqueryRelation = Callable[[exp.Subquery], Relation]  # per_unit.per_unit_relation, bound to the policy
@@ -113,37 +130,80 @@ def resolve(tree: exp.Select, policy: Policy, facts: PublicFacts | None,
     A subquery joined to tables (`subquery` builds its relation: a per-unit aggregation) is a private member with
     one row per unit: its SQL stands for a prepared table, and it needs no cap."""
     from_ = tree.args.get("from_")
-    if from_ is None or not _needs_relation(tree, policy):
+    needed = from_ is not None and _needs_relation(tree, policy)
+    if not needed and (from_ is None or not semijoins.has_semijoins(tree)):
         return tree, None
-    tree, derived = _derived_tables(tree, subquery)
-    written = _members(tree, policy, derived)
-    _refuse_public_only(written, tree, policy)
-    tree = _qualified(tree, written)
+    written_tree = tree
+    tree, derived, publics = _derived_tables(tree, subquery)
+    carrier = tree.args["from_"].this.alias_or_name  # the semi-joins' flags: columns of the first source
+    tree, found = semijoins.extract(tree, policy, _source_columns(tree, policy, derived, publics), carrier)
+    if not needed and not found:
+        return written_tree, None  # subqueries that are no semi-joins: the checker refuses them
+    written = _members(tree, policy, derived, publics)
+    _refuse_public_only(written, tree, policy, found)
+    flags = [one.flag for one in found]
+    tree = _qualified(tree, written, {carrier: flags})
     tree = _private_first(tree, policy, derived)
     # Again: qualify() normalised the aliases and turned USING into ON.
-    members = _checked_order(_members(tree, policy, derived))
-    bound, steps, work = _bound(members, facts, policy.limits)
+    members = _checked_order(_members(tree, policy, derived, publics))
+    bound, steps, work = _bound(members, facts, policy.limits, [one.table for one in found])
+    checked = _checked_semijoins(found, members, bound, facts, policy.limits)
+    steps[-1:-1] = [step for one in checked for step in one.steps]
+    work = (*work, *(term for one in checked for term in one.work))
     mapping = _column_names(members)
     columns = _columns(members, mapping, facts)
+    carried = next(m.alias for m in members if m.alias.lower() == carrier.lower())
+    for flag in flags:
+        mapping[(carried, flag)] = flag
+        columns[flag] = ColumnPolicy(flag, ColumnType.BOOL, nullable=False)
     first = members[0]
     unit = mapping[(first.alias, first.table.privacy_unit)] if first.table.privacy_unit else None
     schema = TablePolicy(JOINED, first.table.source, columns, ContributionBound(bound), unit,
                          first.table.row_privacy, unit=first.table.unit)
     sql, flagged, caps = _relation_sql(members, mapping, columns, tree)
+    if checked:
+        sql = sql.select(*[exp.alias_(one.sql, one.semijoin.flag) for one in checked], copy=False)
     relation = Relation(schema, sql, tuple(steps), flagged, caps, work)
     return _over_relation(tree, mapping), relation
+
+
+def _source_columns(tree: exp.Select, policy: Policy, derived: dict[str, Relation],
+                    publics: dict[str, Public]) -> dict[str, set[str] | None]:
+    """Each FROM source's alias and its columns (None when not a declared table or a known relation)."""
+    found: dict[str, set[str] | None] = {}
+    for source in [tree.args["from_"].this] + [join.this for join in tree.args.get("joins") or []]:
+        schema = None
+        if isinstance(source, exp.Table):
+            relation, public = derived.get(source.name), publics.get(source.name)
+            schema = relation.schema if relation else public.relation.schema if public else policy.table(source.name)
+        found[source.alias_or_name] = set(schema.columns) if schema is not None else None
+    return found
+
+
+def _checked_semijoins(found: tuple[semijoins.SemiJoin, ...], members: list[_Member], m: int, facts: PublicFacts | None,
+                    limits: WorkLimits) -> list[semijoins.CheckedSemiJoin]:
+    """Each semi-join checked against the relation's sources (semijoins.py): a private source's unit column holds the
+    relation's unit (the first table's, and every private table is joined INNER on it)."""
+    outer = {member.alias.lower(): semijoins.Outer(member.table, member.name, not member.table.public)
+             for member in members}
+    first = members[0].table
+    unit = None if first.row_privacy else first.unit
+    return [semijoins.checked(one, index, outer, unit, m, facts, limits) for index, one in enumerate(found)]
 
 
 def _needs_relation(tree: exp.Select, policy: Policy) -> bool:
     if tree.args.get("joins"):
         return True
     source = tree.args["from_"].this
+    if public_relation(source) is not None:
+        return True
     table = policy.table(source.name) if isinstance(source, exp.Table) and isinstance(source.this,
                                                                                        exp.Identifier) else None
     return table is not None and table.public
 
 
-def _members(tree: exp.Select, policy: Policy, derived: dict[str, Relation]) -> list[_Member]:
+def _members(tree: exp.Select, policy: Policy, derived: dict[str, Relation],
+             publics: dict[str, Public]) -> list[_Member]:
     sources = [(tree.args["from_"].this, None)] + [(join.this, join) for join in tree.args.get("joins") or []]
     members = []
     for index, (source, join) in enumerate(sources):
@@ -156,19 +216,24 @@ def _members(tree: exp.Select, policy: Policy, derived: dict[str, Relation]) -> 
         if alias is not None and alias.args.get("columns"):
             raise QueryRejected(f"{source.sql(DIALECT)}: renaming columns in a table alias (AS t(x, ...)) is not "
                                 "supported in a join")
-        relation = derived.get(source.name)
-        table = dataclasses.replace(relation.schema, name=source.name) if relation else policy.table(source.name)
+        relation, public = derived.get(source.name), publics.get(source.name)
+        schema = relation.schema if relation else public.relation.schema if public else None
+        table = dataclasses.replace(schema, name=source.name) if schema else policy.table(source.name)
         if table is None:
             raise ProgrammingError(f"unknown table '{source.name}' (the policy declares: "
                                    f"{', '.join(sorted(policy.tables))})")
-        members.append(_Member(table, source.alias_or_name, f"__dp_t{index}", join, relation))
+        members.append(_Member(table, source.alias_or_name, f"__dp_t{index}", join, relation, public))
     return members
 
 
-def _refuse_public_only(members: list[_Member], tree: exp.Select, policy: Policy) -> None:
+def _refuse_public_only(members: list[_Member], tree: exp.Select, policy: Policy,
+                        found: tuple[semijoins.SemiJoin, ...]) -> None:
     """A FROM of public tables only: the query came here because it also reads a private table elsewhere (or it
     is explained): neither is answered."""
     if all(m.table.public for m in members):
+        if any(not one.table.public for one in found):
+            raise QueryRejected("a query over public tables cannot ask EXISTS or IN of a private table: join the "
+                                "private table, or put it first in FROM")
         if any(not (policy.table(t.name) and policy.table(t.name).public) for t in tree.find_all(exp.Table)):
             raise QueryRejected("subqueries are not supported: a query of public tables cannot read a private "
                                 "table inside it; join the private table instead")
@@ -260,8 +325,13 @@ def _check_join_kind(join: exp.Join, table: TablePolicy) -> None:
             raise QueryRejected(f"{text}: {key.upper()} joins are not supported")
 
 
-def _qualified(tree: exp.Select, members: list[_Member]) -> exp.Select:
+def _qualified(tree: exp.Select, members: list[_Member], flags: dict[str, list[str]]) -> exp.Select:
+    """The query with every column qualified by its source; `flags` are more boolean columns of a source (by
+    alias): the semi-joins' (semijoins.py)."""
     schema = {m.table.name: {c.name: c.type.duckdb for c in m.table.columns.values()} for m in members}
+    for member in members:
+        for flag in flags.get(member.alias, ()):
+            schema[member.table.name][flag] = "BOOLEAN"
     try:
         return qualify(tree, schema=schema, dialect=DIALECT, validate_qualify_columns=True, expand_stars=False,
                        quote_identifiers=False, identify=False)
@@ -300,10 +370,11 @@ def _equalities(member: _Member, earlier: dict[str, _Member]) -> list[tuple[exp.
     return pairs
 
 
-def _bound(members: list[_Member], facts: PublicFacts | None,
-           limits: WorkLimits) -> tuple[int, list[str], tuple[person_work.WorkTerm, ...]]:
-    """m, the steps that derive it (for explain), and the work of one person's rows through the joins."""
-    _refuse_copies(members, limits)
+def _bound(members: list[_Member], facts: PublicFacts | None, limits: WorkLimits,
+           probed: list[TablePolicy]) -> tuple[int, list[str], tuple[person_work.WorkTerm, ...]]:
+    """m, the steps that derive it (for explain), and the work of one person's rows through the joins. `probed`:
+    the tables the semi-joins read (each a further read of a table, as a join is)."""
+    _refuse_copies(members, limits, probed)
     first = members[0]
     m = first.table.bound.max_rows
     unit = "each row is its own unit" if first.table.row_privacy else f"unit '{first.table.unit}'"
@@ -314,13 +385,11 @@ def _bound(members: list[_Member], facts: PublicFacts | None,
         before = m
         pairs = _equalities(member, earlier)
         if member.table.public:
-            if facts is None:
-                raise QueryRejected(f"JOIN {member.table.name}: this engine cannot read public tables")
             keys = tuple(dict.fromkeys(mine.name for mine, _ in pairs))
-            k = max(facts.max_rows_per_key(member.table.name, keys), 1)
+            k = _rows_per_key(member, keys, facts)
             m *= k
             how = "unique key" if k == 1 else f"at most {k} rows share one value"
-            steps.append(f"{member.alias}: public table '{member.table.name}' joined on ({', '.join(keys)}): {how}, "
+            steps.append(f"{member.alias}: {_described(member)} joined on ({', '.join(keys)}): {how}, "
                          f"so each row meets at most {k}: m = {m}")
         else:
             _check_private_join(member, pairs, earlier)
@@ -333,26 +402,38 @@ def _bound(members: list[_Member], facts: PublicFacts | None,
             raise QueryRejected(f"JOIN {member.table.name}: one person could have {m} joined rows (the policy allows "
                                 f"{limits.max_joined_rows}: [engine] max_joined_rows): join on a key with fewer rows "
                                 "per value, or fewer tables")
-        label = "the per-unit subquery" if member.derived else member.table.name
+        label = "the per-unit subquery" if member.derived else "the public relation" if member.public \
+            else member.table.name
         work += [*_derived_work(member), *person_work.join_terms(f"JOIN {label} {member.alias}", before, m)]
         earlier[member.alias] = member
     steps.append(f"at most {m} joined row(s) per unit; the joined row's unit is {first.alias}'s")
     return m, steps, tuple(work)
 
 
-def _refuse_copies(members: list[_Member], limits: WorkLimits) -> None:
-    joins = len(members) - 1
+def _rows_per_key(member: _Member, keys: tuple[str, ...], facts: PublicFacts | None) -> int:
+    """k: the most rows of a public member sharing one value of `keys` (at least 1), from its data."""
+    if member.public is not None:
+        return max(member.public.relation.max_rows_per_key(keys), 1)
+    if facts is None:
+        raise QueryRejected(f"JOIN {member.table.name}: this engine cannot read public tables")
+    return max(facts.max_rows_per_key(member.table.name, keys), 1)
+
+
+def _refuse_copies(members: list[_Member], limits: WorkLimits, probed: list[TablePolicy]) -> None:
+    joins = len(members) - 1 + len(probed)
     if joins > limits.max_joins:
         raise QueryRejected(f"the query joins {joins} tables to the first one (the policy allows {limits.max_joins}: "
                             "[engine] max_joins): every join multiplies the rows of one person and the work they "
                             "cost; ask fewer tables at once")
     copies: dict[str, int] = {}
-    for member in members:
-        if member.derived is None and not member.table.public:
-            copies[member.table.name] = copies.get(member.table.name, 0) + 1
-            if copies[member.table.name] > MAX_COPIES:
-                raise QueryRejected(f"JOIN {member.table.name} {member.alias}: the private table '{member.table.name}' "
-                                    f"is read {copies[member.table.name]} times; at most {MAX_COPIES} (one self-join, "
+    read = [(m.table, f"JOIN {m.table.name} {m.alias}") for m in members if m.derived is None] + \
+        [(table, f"EXISTS over {table.name}") for table in probed]
+    for table, where in read:
+        if not table.public:
+            copies[table.name] = copies.get(table.name, 0) + 1
+            if copies[table.name] > MAX_COPIES:
+                raise QueryRejected(f"{where}: the private table '{table.name}' "
+                                    f"is read {copies[table.name]} times; at most {MAX_COPIES} (one self-join, "
                                     "which pairs a person's rows): a further copy adds nothing and multiplies one "
                                     "person's rows again")
 
@@ -371,6 +452,10 @@ def _capped(member: _Member) -> str:
 
 
 def _described(member: _Member) -> str:
+    if member.public is not None:
+        return f"the public relation of {len(member.public.relation.rows)} row(s) read from its query"
+    if member.table.public:
+        return f"public table '{member.table.name}'"
     return "the per-unit subquery" if member.derived else f"private table '{member.table.name}'"
 
 
@@ -434,7 +519,9 @@ def _columns(members: list[_Member], mapping: dict[tuple[str, str], str],
             mapped = mapping[(member.alias, name)]
             if mapped in columns:
                 continue
-            if member.table.public:
+            if member.public is not None:
+                columns[mapped] = dataclasses.replace(column, name=mapped)
+            elif member.table.public:
                 columns[mapped] = _public_column(member, column, mapped, facts)
             else:
                 # per_unit is dropped: the relation is capped already, so nothing reads it.
@@ -527,6 +614,8 @@ def gated(condition: exp.Expression, caps: dict[str, tuple[str, int]], alias: st
 
 
 def _source(member: _Member) -> exp.Expression:
+    if member.public is not None:
+        return member.public.sql.subquery(member.name)
     if member.derived is not None:
         return member.derived.sql.subquery(member.name)
     return exp.to_table(names.prepared_table(member.table.name)).as_(member.name)

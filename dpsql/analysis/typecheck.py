@@ -454,9 +454,11 @@ class TypeChecker:
         value = self.expect(self.infer(node.this), (Kind.DATE, Kind.TIMESTAMP), describe(node))
         if any(v is not None for k, v in node.args.items() if k != "this"):
             raise self.refuse(f"{describe(node)} takes one argument here")
-        if isinstance(node, exp.Week):
+        if isinstance(node, exp.Week | exp.WeekOfYear):
             return _int(_date_guarded(lambda arg: node.__class__(this=arg), value), -(2**31), 2**31, "BIGINT",
                         _guarded_cost(value))
+        if isinstance(node, exp.Hour | exp.Minute | exp.Second) and value.kind is not Kind.TIMESTAMP:
+            raise self.refuse(f"{describe(node)} of {value.describe()}: a date has no time of day (always zero)")
         return _int(node.__class__(this=value.node), -(2**31), 2**31, "BIGINT", value.cost + 2)
 
     def extract(self, node: exp.Extract) -> Typed:
@@ -802,7 +804,8 @@ _RULES: dict[type[exp.Expression], Callable[[TypeChecker, exp.Expression], Typed
     exp.DPipe: _T.concat, exp.Replace: _T.replace_text, exp.StartsWith: _T.text_predicate,
     exp.StrPosition: _T.text_predicate,
     **{c: _T.date_function for c in (exp.Year, exp.Month, exp.Day, exp.DayOfWeek, exp.DayOfYear, exp.Quarter,
-                                     exp.Week)},
+                                     exp.Week, exp.DayOfMonth, exp.DayOfWeekIso, exp.WeekOfYear, exp.Hour,
+                                     exp.Minute, exp.Second)},
     exp.Extract: _T.extract, exp.TimestampTrunc: _T.truncate,
     exp.Case: _T.case, exp.If: _T.if_, exp.Coalesce: _T.variadic, exp.Least: _T.variadic,
     exp.Greatest: _T.variadic, exp.Nullif: _T.nullif, exp.Cast: _T.cast, exp.TryCast: _T.cast,

@@ -38,7 +38,8 @@ _TEXT = (
 )
 _TIME = (
     exp.Year, exp.Month, exp.Day, exp.DayOfWeek, exp.DayOfYear, exp.Quarter, exp.Week, exp.Extract,
-    exp.TimestampTrunc, exp.DateTrunc,
+    exp.TimestampTrunc, exp.DateTrunc, exp.DayOfMonth, exp.DayOfWeekIso, exp.WeekOfYear, exp.Hour, exp.Minute,
+    exp.Second,
 )
 _CASTS = (exp.Cast, exp.TryCast)
 

@@ -10,7 +10,7 @@ import duckdb
 import sqlglot
 from sqlglot import exp
 
-from dpsql.analysis.public_facts import ColumnFacts
+from dpsql.analysis.public_facts import ColumnFacts, PublicRows
 from dpsql.policy import Policy
 from dpsql.sql.names import prepared_table
 from dpsql.sql.parse import DIALECT
@@ -18,6 +18,10 @@ from dpsql.sql.parse import DIALECT
 # A text or integer column with at most this many distinct values is a public domain of group keys (the policy's
 # own limit on declared values).
 MAX_DOMAIN = 10_000
+# The DuckDB types whose values Python holds exactly as DuckDB has them; any other is read as DuckDB's text of it
+# (a DATE 'infinity' would become Python's date.max, the same as 9999-12-31: sql/lossless.py).
+_EXACT_IN_PYTHON = frozenset({"BOOLEAN", "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT",
+                              "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "VARCHAR"})
 
 
 class DuckDBPublicFacts:
@@ -85,3 +89,26 @@ class DuckDBPublicFacts:
         if len(rows) > limit or any(len(row) != 1 for row in rows):
             return None
         return tuple(row[0] for row in rows)
+
+    def rows(self, sql: str, limit: int) -> PublicRows | None:
+        # `sql` came from analysis/public_query.py, as for `values`. Sorted, so the same result is the same rows.
+        key = ("rows", sql, limit)
+        if key not in self._cache:
+            try:
+                with self._analyst_lock:
+                    described = self._analyst_query(f"DESCRIBE {sql}")
+                    names = tuple(str(row[0]) for row in described)
+                    types = tuple(str(row[1]) for row in described)
+                    read = [exp.column(exp.to_identifier(f"c{i}", quoted=True)) for i in range(len(names))]
+                    read = [c if kind in _EXACT_IN_PYTHON or kind.startswith("DECIMAL") else exp.cast(c, "VARCHAR")
+                            for c, kind in zip(read, types, strict=True)]
+                    alias = exp.TableAlias(this=exp.to_identifier("r"),
+                                           columns=[exp.to_identifier(f"c{i}", quoted=True) for i in range(len(names))])
+                    query = exp.select(*read).from_(sqlglot.parse_one(sql, read=DIALECT).subquery(alias)) \
+                        .order_by(exp.Ordered(this=exp.var("ALL"), nulls_first=True)).limit(limit + 1)
+                    found = self._analyst_query(query.sql(DIALECT))
+            except duckdb.Error:
+                self._cache[key] = None
+            else:
+                self._cache[key] = PublicRows(names, types, tuple(found)) if len(found) <= limit else None
+        return self._cache[key]

@@ -138,6 +138,20 @@ def _groups(query_plan: QueryPlan) -> str:
     keys = query_plan.query.keys
     if not keys:
         return "Groups: none (one cell)"
+    if query_plan.query.groupings:
+        listed = ", ".join("(" + ", ".join(keys[i].text for i in grouping) + ")"
+                           for grouping in query_plan.query.groupings)
+        count = len(query_plan.query.groupings)
+        public = len(query_plan.public_keys())
+        how = (f"{public} public group(s) released whatever the data (empty ones as noisy zeros)" +
+               (f"; the others chosen by DP partition selection (noisy row count at least "
+                f"{query_plan.selection.threshold}, delta {query_plan.selection.delta:g})"
+                if query_plan.selection is not None else ""))
+        return (f"Groups: {count} groupings released together, {listed}: each row counts once in each, so one unit "
+                f"is {count} x {query_plan.max_rows} rows for the sensitivity (at most {query_plan.max_rows} in any "
+                f"one group), and every measurement spends the query's whole epsilon at that sensitivity: the noise "
+                f"of {count} equal shares at {query_plan.max_rows} rows each (sequential composition: the groupings "
+                f"share their rows); {how}")
     if query_plan.domains is not None:
         count = 1
         for domain in query_plan.domains:

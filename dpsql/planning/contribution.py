@@ -9,7 +9,9 @@ group. One unit then puts c_g rows in group g with c_g <= r, at most k of the c_
   rest of m in one more group if k allows: sqrt(k) r when k r <= m, against m with no per-group bound;
 - groups reached: at most min(m, k, the number of groups), each by one unit of COUNT(DISTINCT unit).
 
-Without per-group bounds r = m and k = m: L1 = m, L2 = m (all of a unit's rows may fall in one group).
+Without per-group bounds r = m and k = m: L1 = m, L2 = m (all of a unit's rows may fall in one group). With G
+grouping sets (ROLLUP, CUBE) each row counts once in each grouping: m is G m, k is G m and r is m, so L1 = G m and
+L2 = sqrt(G) m; the policy's per-group bounds are not enforced there.
 """
 
 from __future__ import annotations
@@ -61,6 +63,11 @@ class Contribution:
 def contribution(query: CheckedQuery) -> Contribution:
     bound = query.table.bound
     m = bound.max_rows
+    if query.groupings:
+        # G groupings (analysis/grouping_sets.py): each row falls in one group of each, so a unit is G m rows with at
+        # most m in any one group: L1 G m, L2 sqrt(G) m, at most min(m, groups) groups of each grouping reached.
+        g = len(query.groupings)
+        return Contribution(g * m, g * m, m, False)
     enforced = bool(query.keys) and query.relation is None and bound.per_group
     if not enforced:
         return Contribution(m, m, m, False)

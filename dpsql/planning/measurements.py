@@ -24,7 +24,7 @@ from dpsql.dp.quantile import Grid, QuantileMechanism
 class MeasurementKind(StrEnum):
     ROWS = "rows"  # COUNT(*) or COUNT(expr) of the bounded rows
     NULLS = "nulls"  # the bounded rows where expr is NULL: disjoint from ROWS(expr), see `budget_item`
-    UNITS = "units"  # COUNT(DISTINCT privacy unit)
+    UNITS = "units"  # COUNT(DISTINCT privacy unit); with an argument Distinct(c), of the units with a row where c
     DISTINCT = "distinct"  # COUNT(DISTINCT expr) of the bounded rows: argument is exp.Distinct(expr), see distinct.py
     SUM = "sum"  # sum of the centered fixed-point value (plus center * count when plain)
     SUMSQ = "sumsq"  # sum of the squared centered value, itself centered in fixed point
@@ -51,11 +51,14 @@ class MeasurementSpec:
     plain: bool = False  # SUM: the uncentered sum
     grid: Grid | None = None  # QUANTILE: the candidates
     fraction: Fraction | None = None  # QUANTILE: q (0 for MIN, 1 for MAX)
+    # ROWS, SUM: over the distinct fixed-point values of the argument among the bounded rows, not over the rows
+    # (SUM(DISTINCT x), AVG(DISTINCT x): planning/aggregates/distinct_sums.py)
+    distinct: bool = False
 
     @functools.cached_property
     def key(self) -> tuple:
         """What makes two specs the same measurement: sqlglot nodes compare (and hash) as trees."""
-        return (self.kind, self.argument, self.value_point, self.plain, self.grid, self.fraction)
+        return (self.kind, self.argument, self.value_point, self.plain, self.grid, self.fraction, self.distinct)
 
     @functools.cached_property
     def budget_item(self) -> tuple:
@@ -69,6 +72,8 @@ class MeasurementSpec:
         """
         if self.paired:
             return ("pair", self.argument)
+        if self.distinct:
+            return self.key  # distinct values are no partition of the rows: a share of their own
         if self.kind in (MeasurementKind.ROWS, MeasurementKind.NULLS) and self.argument is not None:
             return ("rows by null", self.argument)
         return self.key
@@ -86,7 +91,7 @@ class MeasurementSpec:
         if arg is not None and not isinstance(self.argument, exp.Column | exp.Literal | exp.Func | exp.Paren):
             term = f"({arg})"
         if self.kind is MeasurementKind.ROWS:
-            return f"COUNT({arg or '*'})"
+            return f"COUNT({'DISTINCT ' if self.distinct else ''}{arg or '*'})"
         if self.kind is MeasurementKind.NULLS:
             if self.value_point is not None:
                 return f"{self.value_point.width:g} * COUNT(*) WHERE {term} IS NULL"
@@ -97,15 +102,18 @@ class MeasurementSpec:
         if self.kind is MeasurementKind.BELOW:
             return f"SUM({self.value_point.ends[1]:g} - {term})"
         if self.kind is MeasurementKind.UNITS:
-            return "COUNT(DISTINCT unit)"
+            if self.argument is None:
+                return "COUNT(DISTINCT unit)"
+            return f"COUNT(DISTINCT unit) WHERE {readable(self.argument.expressions[0])}"
         if self.kind is MeasurementKind.DISTINCT:
             return f"COUNT({arg})"
         if self.kind is MeasurementKind.QUANTILE:
             return f"QUANTILE({readable(self.argument.this)}, {float(self.fraction):g})"
         if self.kind is MeasurementKind.SUM:
+            distinct = "DISTINCT " if self.distinct else ""
             if self.plain:
-                return f"SUM({arg})"
-            return f"SUM({term} - {self.value_point.center_value:g})"
+                return f"SUM({distinct}{arg})"
+            return f"SUM({distinct}{term} - {self.value_point.center_value:g})"
         return f"SUM(({term} - {self.value_point.center_value:g})^2 - {self.square_point.center_value:g})"
 
     def row_range(self) -> tuple[int, int]:

@@ -11,6 +11,7 @@ query, so one unit moves the vector of counts by at most m in L1 (and in L2), an
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Iterator
@@ -85,16 +86,79 @@ class QueryPlan:
         """The contribution bound: how many rows one unit may have in the query."""
         return self.query.table.bound.max_rows
 
-    @property
+    @functools.cached_property  # read for every candidate group by release (plan.selected)
     def domains(self) -> tuple[tuple, ...] | None:
         """The public values of every key when all keys have them: then every combination is a released group."""
         return public_domains(self.query)
 
+    def public_keys(self) -> list[tuple]:
+        """The groups released whatever the data: every combination of the public values of the keys of each
+        grouping whose keys all have them (a grouping set's rolled-up keys NULL, its grouping id last)."""
+        if not self.query.groupings:
+            domains = self.domains
+            return list(itertools.product(*domains)) if domains is not None else []
+        found: list[tuple] = []
+        for grouping in groupings(self.query):
+            if grouping.domains is not None:
+                found += itertools.product(*grouping.domains)
+        return found
+
+    def selected(self, key: tuple) -> bool:
+        """Whether a group found in the data goes through partition selection: when it is of a grouping with a key
+        without public values, and its keys that have public values hold one of them (and its rolled-up keys NULL)."""
+        if self.query.groupings:
+            grouping = next((g for g in groupings(self.query) if g.id == key[-1]), None)
+            if grouping is None or grouping.domains is not None:
+                return False
+            return all(value is None if domain == ROLLED_UP else domain is None or value in domain
+                       for value, domain in zip(key[:-1], grouping.key_domains, strict=True))
+        return self.domains is None and all(k.domain is None or v in k.domain
+                                            for v, k in zip(key, self.query.keys, strict=True))
+
+
+# A rolled-up key's one value in a grouping set's groups (NULL).
+ROLLED_UP = (None,)
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """One grouping of a query with grouping sets: its id (DuckDB's GROUPING() of all keys), each key's values in
+    its groups (ROLLED_UP for a rolled-up key, None for a key without public values), and every key's with the id
+    when all have them."""
+
+    id: int
+    key_domains: tuple[tuple | None, ...]
+
+    @property
+    def domains(self) -> tuple[tuple, ...] | None:
+        if any(domain is None for domain in self.key_domains):
+            return None
+        return (*self.key_domains, (self.id,))
+
+
+def groupings(query: CheckedQuery) -> list[Grouping]:
+    keys = query.keys[:-1]
+    return [Grouping(key_id, tuple(k.domain if i in grouping else ROLLED_UP for i, k in enumerate(keys)))
+            for grouping, key_id in zip(query.groupings, query.keys[-1].domain, strict=True)]
+
 
 def public_domains(query: CheckedQuery) -> tuple[tuple, ...] | None:
+    if query.groupings:
+        return None  # each grouping has its own: QueryPlan.public_keys
     if all(k.domain is not None for k in query.keys):
         return tuple(k.domain for k in query.keys)
     return None
+
+
+def _public_cells(query: CheckedQuery) -> int | None:
+    """How many groups the public values make, when every group is public (else None)."""
+    if query.groupings:
+        found = [g.domains for g in groupings(query)]
+        if any(domains is None for domains in found):
+            return None
+        return sum(math.prod(len(d) for d in domains) for domains in found)
+    domains = public_domains(query)
+    return math.prod(len(d) for d in domains) if domains is not None else None
 
 
 @dataclass(frozen=True)
@@ -111,13 +175,13 @@ class _Candidate:
 
 
 def plan(query: CheckedQuery, budget: Budget) -> QueryPlan:
-    m = query.table.bound.max_rows
-    domains = public_domains(query)
-    cells = math.prod(len(d) for d in domains) if domains is not None else None
-    if cells is not None and cells > MAX_PUBLIC_CELLS:
-        raise QueryRejected(f"the public domains of the group keys make {cells} groups; at most "
+    cells = _public_cells(query)
+    public = sum(math.prod(len(d) for d in g.domains) for g in groupings(query) if g.domains is not None) \
+        if query.groupings else cells or 0
+    if public > MAX_PUBLIC_CELLS:
+        raise QueryRejected(f"the public domains of the group keys make {public} groups; at most "
                             f"{MAX_PUBLIC_CELLS} can be released")
-    needs_selection = domains is None
+    needs_selection = cells is None
     if needs_selection and budget.delta <= 0:
         undeclared = [k.text for k in query.keys if k.domain is None]
         raise QueryRejected(f"GROUP BY {', '.join(undeclared)}: the keys are not public. Declare the column's "
@@ -125,6 +189,7 @@ def plan(query: CheckedQuery, budget: Budget) -> QueryPlan:
                             "groups can be chosen by DP partition selection")
     zcdp = budget.accounting is Accounting.ZCDP
     unit = contribution(query)
+    m = unit.max_rows  # with grouping sets, G m: each row counts once in each grouping
     gaussian = budget.mechanism is MechanismKind.GAUSSIAN
 
     candidates = (_candidate(measures, recipes, unit, cells, gaussian, zcdp)

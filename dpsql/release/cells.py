@@ -8,7 +8,6 @@ post-processing of the noisy integers.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -52,12 +51,14 @@ def release(plan: QueryPlan, rows: Sequence[tuple[Any, ...]], rng: RandomSource)
         # one person adds (at most m) then costs one draw here, not one per measurement (the other draws are
         # independent of the selection, so drawing them only for the groups released changes no law).
         _add_noise(plan.measurements[selected], exact, noisy, selected, rng)
-        kept = [i for i, count in enumerate(noisy[:, selected]) if count >= plan.selection.threshold]
+        # (the public groups of a query with grouping sets, released whatever the data, are not selected)
+        kept = [i for i, count in enumerate(noisy[:, selected])
+                if count >= plan.selection.threshold or not plan.selected(keys[i])]
         keys, exact, noisy = [keys[i] for i in kept], exact[kept], noisy[kept]
     for j, measurement in enumerate(plan.measurements):
         if j != selected:
             _add_noise(measurement, exact, noisy, j, rng)
-    if plan.domains is None:
+    if plan.selection is not None:  # groups found in the data (public ones alone come in the declared order)
         order = uniform_permutation(len(keys), rng)
         keys, exact, noisy = [keys[i] for i in order], exact[order], noisy[order]
     _choose_candidates(plan.measurements, exact, noisy, rng)
@@ -113,14 +114,10 @@ def _cells(plan: QueryPlan, rows: Sequence[tuple[Any, ...]]) -> tuple[list[tuple
         # which (a large group released or not). Keys leave the engine exactly (lossless.py), so this should
         # never happen; if it does, the query fails, with the generic error the session gives every failure.
         raise ExecutionFailed()
-    if plan.domains is not None:
-        keys = list(itertools.product(*plan.domains))
-    else:
-        domains = [set(key.domain) if key.domain is not None else None for key in plan.query.keys]
-        # Noise is drawn in a canonical order of the keys, not the engine's: then the same seeds give the same
-        # answer whatever the engine (DuckDB, Spark) and its threads did. The order released is drawn after.
-        keys = sorted((key for key in found if all(d is None or v in d for v, d in zip(key, domains, strict=True))),
-                      key=_key_order)
+    # Every public group (in the order of the declared values), then the groups found whose keys may be released
+    # (plan.selected). Noise is drawn in a canonical order of the keys, not the engine's: then the same seeds give
+    # the same answer whatever the engine (DuckDB, Spark) and its threads did. The order released is drawn after.
+    keys = plan.public_keys() + sorted((key for key in found if plan.selected(key)), key=_key_order)
     exact = np.empty((len(keys), n), dtype=object)  # filled cell by cell: a quantile's cell is a list of counts
     for g, key in enumerate(keys):
         values = found.get(key, (None,) * n)  # a public group with no row: every measurement is empty

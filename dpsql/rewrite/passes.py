@@ -90,7 +90,8 @@ def _bucket_query(plan: QueryPlan, table: str, spec: MeasurementSpec, listed: bo
     """The rows per (group, candidate) of one quantile's argument, over the very rows the bounded query reads."""
     rows, context = _rows(plan, table, listed)
     keys = [names.key(i) for i in range(len(plan.query.keys))]
-    return decode_keys(bucket_counts(rows, keys, _value_column(spec, context), spec.grid), context)
+    return bucket_counts(rows, keys, _value_column(spec, context), spec.grid,
+                         lambda source, measures, extra: grouped(source, measures, context, extra))
 
 
 def pretty(plan: QueryPlan, dialect: str = DIALECT, listed: bool = True) -> str:
@@ -167,9 +168,10 @@ def filter_rows(tree: exp.Select, context: _Context) -> exp.Select:
     bare = where.unnest()
     conditions = [_guarded(conjunct, context) for conjunct in (bare.flatten() if isinstance(bare, exp.And) else
                                                                  [where])]
-    if not context.whole_units:
+    if not context.whole_units and not context.plan.query.groupings:
         # Rows whose public key is outside its declared values are never released; with a filter anyway, drop
-        # them before the cap so that the cap is spent on rows that can count.
+        # them before the cap so that the cap is spent on rows that can count. (Not with grouping sets: such a row
+        # counts in the groupings that roll that key up.)
         conditions += [_declared(key.expression, key.domain, context) for key in context.plan.query.keys
                        if key.domain is not None]
     relation = context.plan.query.relation
@@ -226,7 +228,7 @@ def _whole_units(plan: QueryPlan) -> bool:
 def project_row_values(tree: exp.Select, context: _Context) -> exp.Select:
     """One row per kept row: its group keys, each aggregated value, and the unit."""
     keys = [exp.alias_(_key_value(i, k.expression, context), names.key(i))
-            for i, k in enumerate(context.plan.query.keys)]
+            for i, k in enumerate(context.plan.query.keys) if not k.grouping_id]  # the id: the aggregation's
     values = [exp.alias_(_value(argument, context), names.row_value(i))
               for i, argument in enumerate(context.arguments)]
     per_group = contribution(context.plan.query).per_group_enforced
@@ -291,7 +293,8 @@ def project_fixed_point(tree: exp.Select, context: _Context) -> exp.Select:
     """Each summed value as its clamped fixed-point integer __q<i> (already one for a bare bounded column)."""
     points = {}
     for m in context.plan.measurements:
-        if m.spec.kind in (MeasurementKind.SUM, MeasurementKind.SUMSQ, MeasurementKind.ABOVE, MeasurementKind.BELOW):
+        if m.spec.kind in (MeasurementKind.SUM, MeasurementKind.SUMSQ, MeasurementKind.ABOVE, MeasurementKind.BELOW) \
+                or (m.spec.kind is MeasurementKind.ROWS and m.spec.distinct):
             points[context.value_index(m.spec.argument)] = m.spec
     passthrough = [exp.column(c.alias_or_name) for c in tree.expressions]
     integers = []
@@ -305,11 +308,28 @@ def project_fixed_point(tree: exp.Select, context: _Context) -> exp.Select:
 
 
 def aggregate_measurements(tree: exp.Select, context: _Context) -> exp.Select:
-    keys = [exp.column(names.key(i)) for i in range(len(context.plan.query.keys))]
     measures = [exp.alias_(_measurement(m.spec, context), names.measurement(i))
                 for i, m in enumerate(context.plan.measurements)]
-    outer = exp.select(*keys, *measures, copy=False).from_(tree.subquery(names.INTEGERS, copy=False), copy=False)
-    return decode_keys(outer.group_by(*[k.copy() for k in keys], copy=False), context) if keys else outer
+    return grouped(tree.subquery(names.INTEGERS, copy=False), measures, context)
+
+
+def grouped(rows: exp.Expression, measures: list[exp.Expression], context: _Context,
+            extra: tuple[exp.Expression, ...] = ()) -> exp.Select:
+    """SELECT keys, measures FROM rows GROUP BY keys (and the `extra` columns, selected before the measures), the
+    coded keys decoded. With grouping sets: GROUP BY GROUPING SETS, one set per grouping (each with the `extra`
+    columns), and the grouping id as the last key: DuckDB's GROUPING() of all keys (analysis/grouping_sets.py)."""
+    query = context.plan.query
+    keys = [exp.column(names.key(i)) for i, k in enumerate(query.keys) if not k.grouping_id]
+    selected = [*keys, *[e.copy() for e in extra]]
+    if not query.groupings:
+        outer = exp.select(*selected, *measures, copy=False).from_(rows, copy=False)
+        return decode_keys(outer.group_by(*[c.copy() for c in selected], copy=False), context) if selected else outer
+    grouping_id = exp.alias_(exp.Grouping(expressions=[k.copy() for k in keys]), names.key(len(keys)))
+    sets = exp.GroupingSets(expressions=[exp.Tuple(expressions=[*[keys[i].copy() for i in grouping],
+                                                                *[e.copy() for e in extra]])
+                                         for grouping in query.groupings])
+    outer = exp.select(*keys, grouping_id, *[e.copy() for e in extra], *measures, copy=False).from_(rows, copy=False)
+    return decode_keys(outer.group_by(sets, copy=False), context)
 
 
 ROW_PASSES: tuple[Pass, ...] = (  # one row per kept row: what the aggregation and the bucket queries read
@@ -329,7 +349,10 @@ def _value_column(spec: MeasurementSpec, context: _Context,
 
 def _measurement(spec: MeasurementSpec, context: _Context) -> exp.Expression:
     if spec.kind is MeasurementKind.UNITS:
-        return exp.Count(this=exp.Distinct(expressions=[exp.column(names.UNIT)]))
+        unit = exp.column(names.UNIT)
+        if spec.argument is not None:  # the units with a row where the condition (projected as the value) holds
+            unit = exp.Case().when(_value_column(spec, context), unit).else_(exp.null())
+        return exp.Count(this=exp.Distinct(expressions=[unit]))
     if spec.kind is MeasurementKind.DISTINCT:
         return exp.Count(this=exp.Distinct(expressions=[_value_column(spec, context)]))
     if spec.kind is MeasurementKind.QUANTILE:
@@ -339,6 +362,8 @@ def _measurement(spec: MeasurementSpec, context: _Context) -> exp.Expression:
     if spec.kind is MeasurementKind.ROWS:
         if spec.argument is None:
             return exp.Count(this=exp.Star())
+        if spec.distinct:  # the distinct fixed-point values (SUM(DISTINCT x) counts the same ones)
+            return exp.Count(this=exp.Distinct(expressions=[_value_column(spec, context, names.row_integer)]))
         return exp.Count(this=_value_column(spec, context))
     if spec.kind is MeasurementKind.NULLS:
         nulls = exp.Sub(this=exp.Count(this=exp.Star()), expression=exp.Count(this=_value_column(spec, context)))
@@ -356,11 +381,15 @@ def _measurement(spec: MeasurementSpec, context: _Context) -> exp.Expression:
     if spec.kind is MeasurementKind.SUMSQ:
         real = exp.Mul(this=exp.cast(centered, "DOUBLE"), expression=double(float(spec.value_point.step)))
         return exp.Sum(this=spec.square_point.centered(exp.Pow(this=exp.paren(real), expression=exp.Literal.number(2))))
-    total = exp.Sum(this=centered)
+    if spec.distinct:  # each distinct fixed-point value once: a bijection of the clamped value's grid point
+        total = exp.Sum(this=exp.Distinct(expressions=[centered]))
+        counted = exp.Count(this=exp.Distinct(expressions=[centered.copy()]))
+    else:
+        total, counted = exp.Sum(this=centered), exp.Count(this=value.copy())
     if not spec.plain:
         return total
     # The uncentered sum, exactly: add center * count back in 128-bit integers.
-    shift = exp.Mul(this=_huge(spec.value_point.center), expression=exp.Count(this=value.copy()))
+    shift = exp.Mul(this=_huge(spec.value_point.center), expression=counted)
     return exp.Add(this=total, expression=shift)
 
 

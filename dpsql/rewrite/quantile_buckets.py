@@ -15,7 +15,7 @@ Counts of the buckets themselves are never released: only the candidate the mech
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from sqlglot import exp
@@ -40,15 +40,23 @@ def bucket_of(argument: exp.Expression, grid: Grid) -> exp.Expression:
     return exp.cast(exp.Anonymous(this="least", expressions=[inside, exp.Literal.number(grid.buckets)]), "BIGINT")
 
 
-def bucket_counts(bounded: exp.Select, keys: Sequence[str], argument: exp.Expression, grid: Grid) -> exp.Select:
-    """SELECT keys, bucket, COUNT(*) over the bounded rows, grouped by both (one row per occupied bucket)."""
-    source = exp.Subquery(this=bounded.copy(), alias=exp.TableAlias(this=exp.to_identifier(names.BOUNDED)))
-    columns = [exp.column(key) for key in keys]
-    return (exp.select(*columns, exp.alias_(bucket_of(argument, grid), BUCKET),
-                       exp.alias_(exp.Count(this=exp.Star()), ROWS))
-            .from_(source)
-            .where(argument.copy().is_(exp.null()).not_())
-            .group_by(*[exp.column(key) for key in keys], exp.column(BUCKET)))
+# How the rows are grouped: (rows, measures, extra columns) -> SELECT keys, extra, measures ... GROUP BY keys and
+# extra (passes.grouped: with the coded keys decoded, and the grouping sets of a query with ROLLUP or CUBE).
+Grouper = Callable[[exp.Expression, list[exp.Expression], tuple[exp.Expression, ...]], exp.Select]
+
+
+def bucket_counts(bounded: exp.Select, keys: Sequence[str], argument: exp.Expression, grid: Grid,
+                  grouper: Grouper | None = None) -> exp.Select:
+    """SELECT keys, bucket, COUNT(*) over the bounded rows, grouped by both (one row per occupied bucket); grouped by
+    `grouper` when given (it selects the keys itself)."""
+    counted = (exp.select("*", exp.alias_(bucket_of(argument, grid), BUCKET))
+               .from_(exp.Subquery(this=bounded.copy(), alias=exp.TableAlias(this=exp.to_identifier(names.BOUNDED))))
+               .where(argument.copy().is_(exp.null()).not_()))
+    source, measures = counted.subquery(names.BOUNDED), [exp.alias_(exp.Count(this=exp.Star()), ROWS)]
+    if grouper is not None:
+        return grouper(source, measures, (exp.column(BUCKET),))
+    columns = [*(exp.column(key) for key in keys), exp.column(BUCKET)]
+    return exp.select(*columns, *measures).from_(source).group_by(*[c.copy() for c in columns])
 
 
 def vector(buckets: dict | None, grid: Grid) -> list[int]:

@@ -42,7 +42,8 @@ def test_the_fuzzer_reaches_every_form_of_the_grammar_for_every_person(summary: 
                     "MEDIAN(", "QUANTILE_CONT(", "MIN(", "MAX(", "COUNT(DISTINCT "):
         assert any(written in sql for sql, _ in accepted), written
     for shape in ("f x public x public", "f x private x private", "per-unit over f x", ", x f2", ", x look",
-                  "IN f2", "EXISTS f2", "IN look", "IN f", "one person"):
+                  "IN f2", "EXISTS f2", "IN look", "IN f", "one person", "NOT EXISTS f2", "NOT IN f2", "OR EXISTS f",
+                  "NOT EXISTS look"):
         assert any(shape in shaped for _, shaped in accepted), shape
 
 

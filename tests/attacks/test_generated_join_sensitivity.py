@@ -28,25 +28,38 @@ TABLES = {
              "columns": {"city": {"type": "text"}, "weight": {"type": "int"}, "region": {"type": "text"}}},
 }
 LOOK = [("x", 1, "n"), ("x", 3, "s"), ("y", 2, "n"), ("w", 5, "s")]  # city x: k = 2
-PER_UNIT = "SELECT pid, COUNT(*) AS n, SUM(x) AS sx, MAX(k) AS mk, COUNT(x) AS cx FROM t"
+PER_UNIT = "SELECT pid, COUNT(*) AS n, SUM(x) AS sx, MAX(k) AS mk, COUNT(x) AS cx, COUNT(DISTINCT k) AS dk FROM t"
 FROMS = [
     ("t", "t"), ("t JOIN look l ON t.city = l.city", "t"), ("t LEFT JOIN look l ON t.city = l.city", "t"),
     ("t JOIN u ON t.pid = u.pid", "t"), ("t JOIN u ON t.pid = u.pid JOIN look l ON l.city = u.city", "t"),
     ("look l JOIN t ON t.city = l.city", "t"), ("t JOIN t AS t2 ON t.pid = t2.pid", "t"),
     (f"({PER_UNIT} GROUP BY pid) AS p", "p"),
-    ("(SELECT t.pid, COUNT(*) AS n, SUM(l.weight) AS sx, MAX(l.weight) AS mk, COUNT(l.region) AS cx FROM t "
+    ("(SELECT t.pid, COUNT(*) AS n, SUM(l.weight) AS sx, MAX(l.weight) AS mk, COUNT(l.region) AS cx, "
+     "COUNT(DISTINCT l.region) AS dk FROM t "
      "JOIN look l ON t.city = l.city GROUP BY t.pid) AS p", "p"),
     (f"({PER_UNIT} WHERE k > 2 GROUP BY pid HAVING SUM(x) > 1) AS p JOIN u ON u.pid = p.pid", "p"),
     (f"({PER_UNIT} GROUP BY pid) AS p JOIN t ON t.pid = p.pid", "p"),
+    # issue 36: joins as written, a public relation, a private table's rows as a CTE
+    ("look l RIGHT JOIN t ON t.city = l.city", "t"), ("t JOIN look l ON t.city = l.city AND l.weight > 1", "t"),
+    ("t JOIN (SELECT city, weight, region FROM look WHERE weight < 5) AS l ON l.city = t.city", "t"),
+    ("t JOIN (SELECT pid, y FROM u WHERE y > 1) AS u ON t.pid = u.pid", "t"),
 ]
 WHERES = {"t": ["", "WHERE t.pid IN (SELECT pid FROM u WHERE y > 1)",
                 "WHERE EXISTS (SELECT 1 FROM u WHERE u.pid = t.pid)",
-                "WHERE t.city IN (SELECT city FROM look WHERE weight > 1)", "WHERE t.k > 3"],
-          "p": ["", "WHERE p.n > 1", "WHERE p.pid IN (SELECT pid FROM u)", "WHERE p.mk < 5"]}
+                "WHERE t.city IN (SELECT city FROM look WHERE weight > 1)", "WHERE t.k > 3",
+                # issue 36: semi- and anti-joins in general form
+                "WHERE NOT EXISTS (SELECT 1 FROM u AS q WHERE q.pid = t.pid AND q.y > 2)",
+                "WHERE t.k > 5 OR EXISTS (SELECT 1 FROM u AS q WHERE q.pid = t.pid AND q.y < t.k)",
+                "WHERE t.pid NOT IN (SELECT pid FROM u WHERE y > 1)",
+                "WHERE NOT EXISTS (SELECT 1 FROM look AS q WHERE q.city = t.city AND q.weight > t.k)",
+                "WHERE NOT EXISTS (SELECT 1 FROM t AS q WHERE q.pid = t.pid AND q.k > t.k)"],
+          "p": ["", "WHERE p.n > 1", "WHERE p.pid IN (SELECT pid FROM u)", "WHERE p.mk < 5",
+                "WHERE NOT EXISTS (SELECT 1 FROM u AS q WHERE q.pid = p.pid AND q.y > p.n)"]}
 AGGREGATES = {"t": ["COUNT(*)", "COUNT(DISTINCT t.pid)", "COUNT(DISTINCT t.city)", "SUM(t.x)", "COUNT(t.x)",
-                    "SUM(t.k)", "AVG(t.x)", "COUNT(DISTINCT t.grp)"],
+                    "SUM(t.k)", "AVG(t.x)", "COUNT(DISTINCT t.grp)", "SUM(DISTINCT t.k)", "AVG(DISTINCT t.x)",
+                    "COUNT(DISTINCT t.pid) FILTER (WHERE t.k > 2)", "COUNT(DISTINCT t.city) FILTER (WHERE t.x > 0)"],
               "p": ["COUNT(*)", "SUM(p.n)", "SUM(p.sx)", "COUNT(DISTINCT p.mk)", "AVG(p.sx)", "COUNT(p.cx)",
-                    "COUNT(DISTINCT p.pid)", "SUM(p.cx)"]}
+                    "COUNT(DISTINCT p.pid)", "SUM(p.cx)", "SUM(DISTINCT p.n)", "AVG(p.dk)"]}
 KEYS = {"t": ["", "t.grp", "l.region", "l.weight", "t.city"], "p": ["", "p.n", "p.mk"]}
 QUERIES, TRIALS = 60, 2
 

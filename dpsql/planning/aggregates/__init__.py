@@ -11,6 +11,7 @@ from dpsql.planning.aggregates.average import Average
 from dpsql.planning.aggregates.base import LEVEL, Aggregate, Estimate, IntervalMethod, NoisyCells
 from dpsql.planning.aggregates.count import Count
 from dpsql.planning.aggregates.distinct import DistinctValues
+from dpsql.planning.aggregates.distinct_sums import AverageDistinct, SumDistinct
 from dpsql.planning.aggregates.quantile import QUANTILES
 from dpsql.planning.aggregates.spread import SPREADS
 from dpsql.planning.aggregates.total import Sum
@@ -22,6 +23,8 @@ AGGREGATES: tuple[Aggregate, ...] = (
     DistinctValues(),
     Sum(),
     Average(),
+    SumDistinct(),
+    AverageDistinct(),
     *SPREADS,
     *QUANTILES,
 )
@@ -39,7 +42,8 @@ def _vocabulary() -> Vocabulary:
     functions = {function: a.kind for a in AGGREGATES for function in a.functions}
     if len(functions) != sum(len(a.functions) for a in AGGREGATES):
         raise ImportError("two aggregates in the registry answer the same SQL function")
-    return Vocabulary(functions, ", ".join(dict.fromkeys(a.listed_as for a in AGGREGATES)))
+    distinct = {a.distinct_of: a.kind for a in AGGREGATES if a.distinct_of is not None}
+    return Vocabulary(functions, ", ".join(dict.fromkeys(a.listed_as for a in AGGREGATES)), distinct)
 
 
 _BY_KIND = _by_kind()

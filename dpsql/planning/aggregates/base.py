@@ -154,6 +154,8 @@ class Aggregate(ABC):
     # Whether it can be computed from its bounded argument's pair of complementary sums (measurements.Pair); the
     # planner compares measuring the argument so with the other ways.
     pairable: bool = False
+    # The kind whose call with DISTINCT in it asks for this one (SUM(DISTINCT x): "sum"), if any.
+    distinct_of: AggregateKind | None = None
 
     @abstractmethod
     def recipe(self, call: AggregateCall, max_rows: int, measures: Measures, plain: bool) -> OutputRecipe:
