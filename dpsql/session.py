@@ -28,7 +28,7 @@ from dpsql.dp.noise import RandomSource, SecureRandom
 from dpsql.engines.base import Engine, ReleasedTable
 from dpsql.engines.duckdb_engine import DuckDBEngine
 from dpsql.engines.progress import SILENT, Progress
-from dpsql.errors import DataError, ExecutionFailed, ProgrammingError, QueryRejected, shown
+from dpsql.errors import DataError, Error, ExecutionFailed, ProgrammingError, QueryRejected, shown
 from dpsql.planning.accuracy import budget_for_accuracy
 from dpsql.planning.aggregates import VOCABULARY
 from dpsql.planning.plan import Budget, Cost, QueryPlan, plan
@@ -251,6 +251,14 @@ class PrivateSession:
         query = prepared.plan.query
         return [OutputColumn(name, kind, noisy) for name, kind, noisy in
                 zip(query.output_names, prepared.output_types, query.output_noisy, strict=True)]
+
+    def reads_public_only(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None) -> bool:
+        """Whether `sql` reads public tables only (so costs nothing); False for a query that does not parse, which
+        execute() then refuses."""
+        try:
+            return self._public_sql(sql, parameters) is not None
+        except Error:
+            return False
 
     def _public_sql(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None) -> str | None:
         """The SQL to run if the query reads public tables only (None otherwise), decided once per text: asking
