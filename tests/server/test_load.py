@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from benchmarks.support import RunningServer
 from dpsql.engines.duckdb_engine import DuckDBEngine
@@ -25,6 +26,7 @@ from tests.server.conftest import PASSWORDS, RawClient, charges, dsn, ledger_of,
 
 # A catalog query that runs until the catalog's time limit stops it (no table function the checker refuses).
 CATALOG_CROSS_JOIN = "SELECT count(*) FROM pg_catalog.pg_class a, generate_series(1, 100000000000) r"
+CATALOG_RANGE = "SELECT count(*) FROM pg_catalog.pg_class a, range(100000000000) r"
 # A query of public tables only, free, that runs until the policy's time limit: departments^12 is 7e10 rows.
 PUBLIC_CROSS_JOIN = "SELECT count(*) FROM " + ", ".join(f"departments d{i}" for i in range(12))
 PRIVATE = "SELECT COUNT(*) FROM visits WHERE age > {}"
@@ -99,6 +101,11 @@ def test_catalog_queries_running_to_their_limit_do_not_freeze_the_server(tmp_pat
         with psycopg.connect(dsn(running, "alice"), autocommit=True) as conn:
             assert conn.execute(PRIVATE.format(41)).fetchone()[0] is not None
             assert conn.execute("SELECT count(*) FROM pg_catalog.pg_namespace").fetchone()[0] > 0
+            # The red team's own query: `range` is no row function of the catalog's, and the private pipeline
+            # refuses table functions, from the text, at no cost.
+            with pytest.raises(psycopg.Error) as refused:
+                conn.execute(CATALOG_RANGE)
+            assert refused.value.sqlstate == "0A000"
         assert order.now() == [], "the victim was answered only after an attacker's catalog query had ended"
     finally:
         for attacker in attackers:
@@ -127,6 +134,39 @@ def test_a_free_query_of_public_tables_does_not_hold_what_private_queries_need(t
     finally:
         attacker.close()
         running.stop()
+
+
+class _CountingEngine(DuckDBEngine):
+    """The real engine, counting the queries of public tables it runs."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.public_runs = 0
+
+    def run_public(self, sql: str, released=()):
+        self.public_runs += 1
+        return super().run_public(sql, released)
+
+
+def test_describing_a_query_of_public_tables_does_not_run_it(tmp_path: Path) -> None:
+    """A Describe needs no turn, so it must do no query's work: the free cross join is bound for its columns, not
+    run (it ran to the time limit, outside every turn)."""
+    policy = _policy(tmp_path)
+    engine = _CountingEngine(load_policy(policy))
+    running = RunningServer(policy, ServerConfig(port=0), engine=engine).start()
+    client = RawClient(running.port)
+    try:
+        client.login("bob", PASSWORDS["bob"])
+        client.send(b"P", b"\0" + PUBLIC_CROSS_JOIN.encode() + b"\0" + struct.pack("!h", 0))
+        client.send(b"D", b"S\0")
+        client.send(b"S", b"")
+        messages = client.until(b"Z")
+        assert [kind for kind, _ in messages] == [b"1", b"t", b"T", b"Z"]
+        assert engine.public_runs == 0
+    finally:
+        client.close()
+        running.stop()
+        engine.close()
 
 
 def test_answers_left_unread_are_not_buffered_without_bound(tmp_path: Path, monkeypatch) -> None:
