@@ -227,7 +227,24 @@ def start_postgres(scratch: Path) -> Server:
             "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200", "-c", "shared_buffers=2GB",
             "-c", "work_mem=64MB"]), stdout=out, stderr=out)
     _wait_for_port(port, process, log)
-    return Server(POSTGRES, process, port, f"host=127.0.0.1 port={port} user=postgres dbname=postgres sslmode=disable")
+    server = Server(POSTGRES, process, port, f"host=127.0.0.1 port={port} user=postgres dbname=postgres "
+                                             "sslmode=disable")
+    _until_accepting(server, log)
+    return server
+
+
+def _until_accepting(server: Server, log: Path) -> None:
+    """PostgreSQL listens before it accepts logins ("the database system is starting up"): wait for a login."""
+    import psycopg
+
+    while True:
+        try:
+            psycopg.connect(server.dsn("postgres")).close()
+            return
+        except psycopg.OperationalError:
+            if server.process.poll() is not None:
+                raise RuntimeError(f"PostgreSQL exited: {log.read_text()[-3000:]}") from None
+            time.sleep(0.2)
 
 
 def load_postgres(server: Server, data: Path) -> None:

@@ -10,8 +10,9 @@ in turn, a few per analyst at most; queries of public tables only and catalog qu
 turns of their own, one per analyst, so they never hold a turn a private query needs. A query still waiting for
 its turn can be cancelled before it is charged; one already running on the data runs to its end (or the policy's
 time limit, or a cancel that interrupts it alone); its charge stands, as with every query that touched the data.
-Everything else (logins, session commands, a Describe's dry run, which reads no data) runs unscheduled in threads
-of its own, so it never waits for a query.
+A Describe or an EXPLAIN (the query planned, and dry-run on empty tables: no data) takes a turn of a third kind,
+one per analyst, so it never waits for a query on the data. Logins and session commands run unscheduled in threads
+of their own.
 
 Back-pressure: a client's answers are written statement by statement, and the next statement waits while the
 connection's output buffer is full (the client does not read): a client that sends many statements and reads
@@ -174,7 +175,10 @@ class DpsqlServer:
         slots = config.query_slots or 2 * cores
         self.queries = FairScheduler(slots, min(config.analyst_queries, slots))
         self.free_queries = FairScheduler(cores, 1)
-        self.executor = ThreadPoolExecutor(max_workers=slots + cores, thread_name_prefix="dpsql-query")
+        # A Describe or an EXPLAIN plans the query (and dry-runs it on empty tables): free, bounded work, one per
+        # analyst at a time, in turns of its own, so it never waits for a query on the data.
+        self.plans = FairScheduler(cores, 1)
+        self.executor = ThreadPoolExecutor(max_workers=slots + 2 * cores, thread_name_prefix="dpsql-query")
         self.control = ThreadPoolExecutor(max_workers=config.max_connections + 2, thread_name_prefix="dpsql-control")
         # Catalog queries: PostgreSQL's catalog generated from the policy, in a database of its own, never the engine.
         self.catalog = Catalog(policy, version_text())
@@ -592,8 +596,8 @@ class Connection:
         if isinstance(where, Explain):
             assert self.session is not None and self.settings is not None
             session, cost, bound = self.session, _costs(self.settings), parameters or None
-            text = await self._in_thread(lambda: explain(session.prepare(where.query, bound, **cost).plan,
-                                                         listed=session.engine.lists_earlier_rows))
+            text = await self._scheduled(self.server.plans, lambda: explain(
+                session.prepare(where.query, bound, **cost).plan, listed=session.engine.lists_earlier_rows))
             return Answer(_EXPLAIN_COLUMNS, [(line,) for line in text.splitlines()], "EXPLAIN")
         return await self._query_answer(where, parameters)
 
@@ -676,7 +680,7 @@ class Connection:
             columns = session.describe(where.sql, values or None, **cost)
             return _columns([c.name for c in columns], [c.type for c in columns], [c.noisy for c in columns],
                             with_ci)
-        return await self._in_thread(describe)
+        return await self._scheduled(self.server.plans, describe)
 
     async def _in_thread(self, work: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Work that needs no turn (a login, a session command, a Describe), in a thread of the connection's."""
