@@ -42,6 +42,7 @@ from dpsql.store.answers import AnswerStore, StoredAnswer, answer_key
 from dpsql.store.ledger import BudgetLedger, Charge, Spending, exact
 
 _PREPARED_CACHE = 256
+_UNKNOWN = object()
 _MIN_EPSILON = 1e-9  # below this the noise scale of a sum overflows a float, and answers are pure noise anyway
 
 
@@ -259,6 +260,12 @@ class PrivateSession:
             return self._public_sql(sql, parameters) is not None
         except Error:
             return False
+
+    def known_public_only(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None) -> bool | None:
+        """reads_public_only() if this text and these parameters were asked or described before, else None: a
+        lookup, no parse (a server asks it on its event loop)."""
+        found = self._public.get((sql, repr(parameters)), _UNKNOWN)
+        return None if found is _UNKNOWN else found is not None
 
     def _public_sql(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None) -> str | None:
         """The SQL to run if the query reads public tables only (None otherwise), decided once per text: asking

@@ -618,7 +618,9 @@ class Connection:
         session, settings = self.session, self.settings
         cost, bound = _costs(settings), parameters or None
         # A query of public tables only costs nothing: it takes a free turn, never one a private query needs.
-        free = await self._in_thread(session.reads_public_only, where.sql, bound)
+        free = session.known_public_only(where.sql, bound)  # known after a Describe: no thread to wait for
+        if free is None:
+            free = await self._in_thread(session.reads_public_only, where.sql, bound)
         lane = self.server.free_queries if free else self.server.queries
         result = await self._scheduled(lane, lambda: session.execute(where.sql, bound, **cost))
         return self._private_answer(result, settings.intervals)
