@@ -241,7 +241,7 @@ def clamps(tree: exp.Expression, lo: float, hi: float, column: str | None = None
 
 @dataclass
 class RunningServer:
-    """A DpsqlServer on its own event loop in a thread (the server tests and benchmarks/server.py)."""
+    """A DpsqlServer on its own event loop in a thread (the server tests)."""
 
     policy: Path
     config: ServerConfig

@@ -28,7 +28,7 @@ from dpsql.dp.noise import RandomSource, SecureRandom
 from dpsql.engines.base import Engine, ReleasedTable
 from dpsql.engines.duckdb_engine import DuckDBEngine
 from dpsql.engines.progress import SILENT, Progress
-from dpsql.errors import DataError, ExecutionFailed, ProgrammingError, QueryRejected, shown
+from dpsql.errors import DataError, Error, ExecutionFailed, ProgrammingError, QueryRejected, shown
 from dpsql.planning.accuracy import budget_for_accuracy
 from dpsql.planning.aggregates import VOCABULARY
 from dpsql.planning.plan import Budget, Cost, QueryPlan, plan
@@ -47,6 +47,7 @@ from dpsql.store.ledger import BudgetLedger, Charge, Spending, exact
 from dpsql.store.measurements import MeasurementStore, NewMeasurement, relation_key
 
 _PREPARED_CACHE = 256
+_UNKNOWN = object()
 _MIN_EPSILON = 1e-9  # below this the noise scale of a sum overflows a float, and answers are pure noise anyway
 
 
@@ -413,6 +414,20 @@ class PrivateSession:
         query = prepared.plan.query
         return [OutputColumn(name, kind, noisy) for name, kind, noisy in
                 zip(query.output_names, prepared.output_types, query.output_noisy, strict=True)]
+
+    def reads_public_only(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None) -> bool:
+        """Whether `sql` reads public tables only (so costs nothing); False for a query that does not parse, which
+        execute() then refuses."""
+        try:
+            return self._public_sql(sql, parameters) is not None
+        except Error:
+            return False
+
+    def known_public_only(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None) -> bool | None:
+        """reads_public_only() if this text and these parameters were asked or described before, else None: a
+        lookup, no parse (a server asks it on its event loop)."""
+        found = self._public.get((sql, repr(parameters)), _UNKNOWN)
+        return None if found is _UNKNOWN else found is not None
 
     def _public_sql(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None) -> str | None:
         """The SQL to run if the query reads public tables only (None otherwise), decided once per text: asking

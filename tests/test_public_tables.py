@@ -86,3 +86,18 @@ def test_without_public_tables_no_public_database_is_opened_until_needed(pums_se
     public, _ = engine._public
     assert public.execute("SHOW TABLES").fetchall() == []
     assert public.execute("SELECT current_setting('enable_external_access')").fetchone() == (False,)
+
+
+def test_whether_a_query_is_free_is_known_without_a_parse_once_it_was_asked(session) -> None:
+    """The server decides on its event loop, by a lookup, which turns a query takes once a Describe classified it:
+    unknown before, then what the parse decided, per text and parameters."""
+    public = "SELECT department FROM departments WHERE floor > ?"
+    private = "SELECT COUNT(*) FROM visits WHERE age > ?"
+    assert session.known_public_only(public, [1]) is None
+    assert session.known_public_only(private, [1]) is None
+    session.describe(public, [1])
+    assert session.reads_public_only(private, [1]) is False
+    assert session.known_public_only(public, [1]) is True
+    assert session.known_public_only(private, [1]) is False
+    assert session.known_public_only(public, [2]) is None  # other parameters: not asked yet
+    assert session.reads_public_only("SELECT FROM WHERE") is False  # refused by execute, in a private turn

@@ -7,6 +7,7 @@ expression becomes NULL for that row, never an error that would reveal the row.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import duckdb
@@ -105,7 +106,14 @@ def test_an_engine_failure_is_generic_and_charged(worlds, monkeypatch) -> None:
     message names a private value), and the query is paid for: it ran on the data, so whether it failed is itself
     something about the data."""
     session = worlds[0]
-    monkeypatch.setattr(session.engine, "_con", _FailingConnection(session.engine._con))
+    cursors = session.engine._data  # each query on the data runs on a cursor of this pool's
+    real = cursors.taken
+
+    @contextlib.contextmanager
+    def failing():
+        with real() as (cursor, watchdog):
+            yield _FailingConnection(cursor), watchdog
+    monkeypatch.setattr(cursors, "taken", failing)
     before = session.spending().queries
     with pytest.raises(ExecutionFailed) as caught:
         session.execute("SELECT COUNT(*) FROM t", epsilon=1.0)

@@ -75,9 +75,10 @@ class Engine(ABC):
         raise NotImplementedError("this engine holds no public tables")
 
     @abstractmethod
-    def interrupt(self) -> None:
+    def interrupt(self, owner: int | None = None) -> None:
         """Stop the query running on the data now (it then fails like any other: ExecutionFailed); nothing if none
-        is running. For a client's cancel: the query was charged before it ran, and stays charged."""
+        is running. For a client's cancel: the query was charged before it ran, and stays charged. `owner`: the
+        thread (threading.get_ident()) whose query to stop, when several run at once; None: every one."""
 
     @abstractmethod
     def close(self) -> None:

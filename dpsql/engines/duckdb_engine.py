@@ -24,11 +24,11 @@ from sqlglot import exp
 from dpsql.analysis.public_facts import PublicFacts
 from dpsql.engines import store
 from dpsql.engines.base import Engine, ReleasedTable
+from dpsql.engines.cursors import CursorPool
 from dpsql.engines.declared import DeclaredTables
 from dpsql.engines.loading import TableLoader, portable_ranks
 from dpsql.engines.progress import SILENT, Progress, duckdb_percent
 from dpsql.engines.public_facts import DuckDBPublicFacts
-from dpsql.engines.watchdog import Watchdog
 from dpsql.errors import ExecutionFailed, PolicyError, QueryRejected, first_line
 from dpsql.policy import Policy, TablePolicy
 from dpsql.sql import names, sandbox
@@ -108,43 +108,45 @@ class DuckDBEngine(Engine):
             self.ranking, self.ranking_persistent = store.ranking(
                 self.data_version, bounding_seed, store.load_sql(policy, portable_ranks(bounding_seed)), token)
             # A second client whose default schema holds empty tables of the same names and columns: the very SQL
-            # that will run on the data is first run there, where no row can influence what happens.
+            # that will run on the data is first run there, where no row can influence what happens. It has a
+            # lock of its own: a dry run (a Describe) never waits for a query on the data.
             self._twin = con.cursor()
-            database = con.execute("SELECT current_database()").fetchone()[0]
+            self._twin_lock = threading.Lock()
+            database, schema = con.execute("SELECT current_database(), current_schema()").fetchone()
             self._twin.execute(f"USE {_quote(database)}.{TWIN_SCHEMA}")
-            self._watchdog = Watchdog(con, policy.time_limit)
+        # Queries on the data run at the same time, each on a cursor of its own with its own time limit.
+        self._data = CursorPool(con, policy.time_limit, [f"USE {_quote(database)}.{_quote(schema)}"])
         # Queries of public tables only (and IN lists read from them) run on a database of their own that holds
         # nothing else: whatever got past the public query's checks, there is no private row there to reach.
         # Without public tables it is opened, empty, on first use (a query naming no table): a DuckDB instance
         # costs about 25 MB and 20 ms, which a process asking private questions only never needs.
-        self._public_lock = threading.Lock()
+        self._public_lock = threading.Lock()  # held while the public database is opened
         self._public_config = config
-        self._public: tuple[duckdb.DuckDBPyConnection, Watchdog] | None = None
+        self._public: tuple[duckdb.DuckDBPyConnection, CursorPool] | None = None
         public_tables = [table for table in policy.tables.values() if table.public]
         if public_tables:
             with sandbox.opened(config) as public:
                 for table in public_tables:
                     self._copy_public(table, public)
-            self._public = (public, Watchdog(public, policy.time_limit))
+            self._public = (public, CursorPool(public, policy.time_limit))
         self._facts = DuckDBPublicFacts(policy, lambda sql: self._con.execute(sql).fetchall(), self._lock,
-                                        self._public_values, self._public_lock)
+                                        self._public_values)
         self._policy = policy
         self._declared: DeclaredTables | None = None  # made on the first column probe
         self._declared_lock = threading.Lock()
 
-    def _public_database(self) -> tuple[duckdb.DuckDBPyConnection, Watchdog]:
-        """The public database and its time limit (the caller holds the public lock)."""
-        if self._public is None:
-            public = sandbox.connect(self._public_config)
-            self._public = (public, Watchdog(public, self.time_limit))
-        return self._public
+    def _public_cursors(self) -> CursorPool:
+        """The public database's cursors, each under the time limit (the database opened on first use)."""
+        with self._public_lock:
+            if self._public is None:
+                public = sandbox.connect(self._public_config)
+                self._public = (public, CursorPool(public, self.time_limit))
+            return self._public[1]
 
     def _public_values(self, sql: str) -> list[tuple[Any, ...]]:
         """An IN list's values, read by analyst-written SQL at check time: under the time limit, as any query of
-        public tables (an interrupted read fails, and the IN is left for the checker to refuse). The caller holds
-        the public lock."""
-        public, watchdog = self._public_database()
-        with watchdog.running():
+        public tables (an interrupted read fails, and the IN is left for the checker to refuse)."""
+        with self._public_cursors().taken() as (public, watchdog), watchdog.running():
             return public.execute(sql).fetchall()
 
     def _attach_store(self, policy: Policy, bounding_seed: int | None, config: dict[str, str],
@@ -178,7 +180,7 @@ class DuckDBEngine(Engine):
         """Run a bounded query on the empty twin tables: type errors surface here, decided by the schema alone.
 
         The column types also decide, once per SQL text, how `run` fetches the columns (see `_fetch_exact`)."""
-        with self._lock:
+        with self._twin_lock:
             try:
                 cursor = self._twin.execute(sql)
                 cursor.fetchall()
@@ -202,41 +204,43 @@ class DuckDBEngine(Engine):
         but should anything else ever slip through, it could not change the tables for later queries. A query
         that runs longer than the policy's time limit is interrupted, and fails like any other.
         """
-        with self._on_data():
-            return self._fetch_exact(sql)
+        with self._on_data() as cursor:
+            return self._fetch_exact(cursor, sql)
 
     def analyzed_plan(self, sql: str) -> str:
         """DuckDB's profile of a bounded query run on the data (EXPLAIN ANALYZE, as JSON): its operators, each with
         the rows it produced. It reads the data and is never part of an answer: it is for the tests and benchmarks
         that count the work one person's rows cause (benchmarks/attacks/differential_joins.py). It runs as `run`
         does; EXPLAIN ANALYZE profiles the one statement, with no setting changed, under the locked configuration."""
-        with self._on_data():
-            return str(self._con.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}").fetchall()[0][1])
+        with self._on_data() as cursor:
+            return str(cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}").fetchall()[0][1])
 
     @contextlib.contextmanager
-    def _on_data(self) -> Iterator[None]:
-        """Hold the engine for one statement on the data: under the time limit, in a transaction always rolled
-        back, any DuckDB failure turned into the one generic ExecutionFailed."""
-        with self._lock:
-            self._con.execute("BEGIN TRANSACTION")
-            try:
-                with self._watchdog.running():
-                    yield
-            except duckdb.Error:
-                raise ExecutionFailed() from None
-            finally:
-                self._con.execute("ROLLBACK")
+    def _on_data(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A cursor of the data's for one statement: under the time limit, in a transaction always rolled back,
+        any DuckDB failure turned into the one generic ExecutionFailed."""
+        try:
+            with self._data.taken() as (cursor, watchdog):
+                cursor.execute("BEGIN TRANSACTION")
+                try:
+                    with watchdog.running():
+                        yield cursor
+                finally:
+                    cursor.execute("ROLLBACK")
+        except duckdb.Error:
+            raise ExecutionFailed() from None
 
-    def interrupt(self) -> None:
-        self._watchdog.interrupt_now()
+    def interrupt(self, owner: int | None = None) -> None:
+        self._data.interrupt(owner)
+        if self._public is not None:
+            self._public[1].interrupt(owner)
 
     def run_public(self, sql: str, released: Sequence[ReleasedTable] = ()) -> tuple[list[str], list[str],
                                                                                     list[tuple[Any, ...]]]:
         """Run a query of public tables (and of the released answers given) as written, in the public database.
         Its errors are about public data only, so they are shown. A released answer is a temporary table there for
         the query's transaction, which is always rolled back: nothing of it stays."""
-        with self._public_lock:
-            public, watchdog = self._public_database()
+        with self._public_cursors().taken() as (public, watchdog):
             public.execute("BEGIN TRANSACTION")
             try:
                 for table in released:
@@ -253,33 +257,39 @@ class DuckDBEngine(Engine):
         return self._declared.describe(sql)
 
     def describe_public(self, sql: str) -> tuple[list[str], list[str]]:
-        """The column names and types of a query of public tables (a wire Describe): public data, so it simply
-        runs."""
-        names, types, _ = self.run_public(sql)
-        return names, types
+        """The column names and types of a query of public tables (a wire Describe), from binding it: nothing runs
+        (a Describe is free and unscheduled, so it must not do a query's work)."""
+        with self._public_cursors().taken() as (public, _):
+            try:
+                relation = public.sql(sql)
+            except duckdb.Error as exc:
+                raise QueryRejected(f"the query of public tables failed: {first_line(exc)}") from None
+            return list(relation.columns), [str(kind) for kind in relation.types]
 
-    def _fetch_exact(self, sql: str) -> list[tuple[Any, ...]]:
+    def _fetch_exact(self, cursor: duckdb.DuckDBPyConnection, sql: str) -> list[tuple[Any, ...]]:
         """The rows of `sql`, every column Python cannot hold exactly fetched as its DuckDB text (lossless.py).
 
         Which columns is decided by their types: from the dry run (the session always dry-runs first), or else
         from the result's description before any value is converted."""
         exact = self._exact.get(sql)
         if exact is not None:
-            return self._con.execute(exact).fetchall()
-        cursor = self._con.execute(sql)
-        types = [str(d[1]) for d in cursor.description or ()]
+            return cursor.execute(exact).fetchall()
+        result = cursor.execute(sql)
+        types = [str(d[1]) for d in result.description or ()]
         if all(faithful(kind) for kind in types):
-            return cursor.fetchall()
-        return self._con.execute(canonical_select(sql, types)).fetchall()
+            return result.fetchall()
+        return cursor.execute(canonical_select(sql, types)).fetchall()
 
     def close(self) -> None:
+        self._data.close()
+        with self._twin_lock:
+            self._twin.close()
         with self._lock:
-            self._watchdog.close()
             self._con.close()
         with self._public_lock:
             if self._public is not None:
-                public, watchdog = self._public
-                watchdog.close()
+                public, cursors = self._public
+                cursors.close()
                 public.close()
         with self._declared_lock:
             if self._declared is not None:

@@ -28,14 +28,13 @@ class DuckDBPublicFacts:
     """Answers from the engine's connection, under its lock; each fact is read once."""
 
     def __init__(self, policy: Policy, query: Callable[[str], list[tuple[Any, ...]]], lock: threading.Lock,
-                 analyst_query: Callable[[str], list[tuple[Any, ...]]], analyst_lock: threading.Lock) -> None:
+                 analyst_query: Callable[[str], list[tuple[Any, ...]]]) -> None:
         self._policy = policy
         # The facts that bound joins are read from the very tables the joins read (`query`); a query the analyst
         # wrote (`values`) runs in the database that holds the public tables only (`analyst_query`).
         self._query = query
         self._lock = lock
-        self._analyst_query = analyst_query
-        self._analyst_lock = analyst_lock
+        self._analyst_query = analyst_query  # safe to call from several threads at once
         self._cache: dict[tuple, Any] = {}
 
     def _public(self, table: str) -> str:
@@ -81,8 +80,7 @@ class DuckDBPublicFacts:
         key = ("query", sql, limit)
         if key not in self._cache:
             try:
-                with self._analyst_lock:
-                    self._cache[key] = self._analyst_query(distinct.sql(DIALECT))
+                self._cache[key] = self._analyst_query(distinct.sql(DIALECT))
             except duckdb.Error:
                 return None
         rows = self._cache[key]
@@ -95,18 +93,17 @@ class DuckDBPublicFacts:
         key = ("rows", sql, limit)
         if key not in self._cache:
             try:
-                with self._analyst_lock:
-                    described = self._analyst_query(f"DESCRIBE {sql}")
-                    names = tuple(str(row[0]) for row in described)
-                    types = tuple(str(row[1]) for row in described)
-                    read = [exp.column(exp.to_identifier(f"c{i}", quoted=True)) for i in range(len(names))]
-                    read = [c if kind in _EXACT_IN_PYTHON or kind.startswith("DECIMAL") else exp.cast(c, "VARCHAR")
-                            for c, kind in zip(read, types, strict=True)]
-                    alias = exp.TableAlias(this=exp.to_identifier("r"),
-                                           columns=[exp.to_identifier(f"c{i}", quoted=True) for i in range(len(names))])
-                    query = exp.select(*read).from_(sqlglot.parse_one(sql, read=DIALECT).subquery(alias)) \
-                        .order_by(exp.Ordered(this=exp.var("ALL"), nulls_first=True)).limit(limit + 1)
-                    found = self._analyst_query(query.sql(DIALECT))
+                described = self._analyst_query(f"DESCRIBE {sql}")
+                names = tuple(str(row[0]) for row in described)
+                types = tuple(str(row[1]) for row in described)
+                read = [exp.column(exp.to_identifier(f"c{i}", quoted=True)) for i in range(len(names))]
+                read = [c if kind in _EXACT_IN_PYTHON or kind.startswith("DECIMAL") else exp.cast(c, "VARCHAR")
+                        for c, kind in zip(read, types, strict=True)]
+                alias = exp.TableAlias(this=exp.to_identifier("r"),
+                                       columns=[exp.to_identifier(f"c{i}", quoted=True) for i in range(len(names))])
+                query = exp.select(*read).from_(sqlglot.parse_one(sql, read=DIALECT).subquery(alias)) \
+                    .order_by(exp.Ordered(this=exp.var("ALL"), nulls_first=True)).limit(limit + 1)
+                found = self._analyst_query(query.sql(DIALECT))
             except duckdb.Error:
                 self._cache[key] = None
             else:

@@ -291,8 +291,8 @@ class SparkEngine(Engine):
     def describe_public(self, sql: str) -> tuple[list[str], list[str]]:
         raise refuse("queries of public tables")
 
-    def interrupt(self) -> None:
-        stop = self._stop
+    def interrupt(self, owner: int | None = None) -> None:
+        stop = self._stop  # one query at a time: whoever asks, it is that one
         if stop is not None:
             stop()
 

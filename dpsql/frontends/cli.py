@@ -331,10 +331,15 @@ def check(file: Path, quiet: bool) -> None:
               help="Seconds from connecting to logged in.")
 @click.option("--idle-timeout", default=3600.0, show_default=True, type=click.FloatRange(min=0),
               help="Seconds a client may stay silent (0: no limit).")
+@click.option("--query-slots", default=0, show_default=True, type=click.IntRange(0),
+              help="Queries on the data at once (0: two per core).")
+@click.option("--analyst-queries", default=2, show_default=True, type=click.IntRange(1),
+              help="Of them, one analyst's at most.")
 @_quiet_option
 @_errors_as_messages
 def serve(policy: Path, host: str, port: int, tls_cert: Path | None, tls_key: Path | None, require_tls: bool,
-          max_connections: int, max_message: int, login_timeout: float, idle_timeout: float, quiet: bool) -> None:
+          max_connections: int, max_message: int, login_timeout: float, idle_timeout: float, query_slots: int,
+          analyst_queries: int, quiet: bool) -> None:
     """Serve the policy's tables over the PostgreSQL protocol: psql, drivers and BI tools log in as analysts."""
     import asyncio
     import logging
@@ -346,7 +351,8 @@ def serve(policy: Path, host: str, port: int, tls_cert: Path | None, tls_key: Pa
     if require_tls and tls_cert is None:
         raise ProgrammingError("--require-tls needs --tls-cert and --tls-key")
     tls = load_tls(tls_cert, tls_key) if tls_cert is not None and tls_key is not None else None
-    config = ServerConfig(host, port, tls, require_tls, max_connections, max_message, login_timeout, idle_timeout)
+    config = ServerConfig(host, port, tls, require_tls, max_connections, max_message, login_timeout, idle_timeout,
+                          query_slots, analyst_queries)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
     async def run() -> None:

@@ -12,7 +12,7 @@ import hashlib
 import hmac
 import socket
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -62,6 +62,20 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     running = start_server(sample_policy(tmp_path_factory.mktemp("server")))
     yield running
     running.stop()
+
+
+def hold_engine(running: RunningServer) -> Callable[[], None]:
+    """Every turn of the server's query scheduler held (by other analysts' queries, as it were) until the function
+    returned is called."""
+    scheduler = running.server.queries
+    holders = [f"holder{i}" for i in range(scheduler.slots)]
+    for holder in holders:
+        running.call(scheduler.acquire(holder))
+
+    def release() -> None:
+        for holder in holders:
+            running.loop.call_soon_threadsafe(scheduler.release, holder)
+    return release
 
 
 def dsn(running: RunningServer, user: str = "alice", **extra: str) -> str:

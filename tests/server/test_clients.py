@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from psycopg.generators import execute
 
-from tests.server.conftest import PASSWORDS, charges, dsn
+from tests.server.conftest import PASSWORDS, charges, dsn, hold_engine
 
 
 def test_psycopg_runs_a_query_with_parameters_and_reports_its_cost(served) -> None:
@@ -184,7 +184,7 @@ def test_cancel_reaches_a_query_waiting_for_the_engine(served) -> None:
     """A query waiting for its turn at the engine is cancelled before it is charged."""
     with psycopg.connect(dsn(served), autocommit=True) as conn:
         before = len(charges(served.policy))
-        served.call(served.server.engine_turn.acquire())  # another query holds the engine
+        release = hold_engine(served)  # other queries hold every turn
         failure: list[BaseException] = []
 
         def ask() -> None:
@@ -201,7 +201,7 @@ def test_cancel_reaches_a_query_waiting_for_the_engine(served) -> None:
             conn.cancel_safe()  # the non-blocking cancel: the blocking one holds the GIL the server needs
             asker.join()
         finally:
-            served.loop.call_soon_threadsafe(served.server.engine_turn.release)
+            release()
         assert failure and getattr(failure[0], "sqlstate", None) == "57014"
         assert len(charges(served.policy)) == before
         assert conn.execute("SELECT COUNT(*) FROM visits").fetchone()[0] > 0

@@ -18,7 +18,16 @@ from dpsql.engines.duckdb_engine import DuckDBEngine
 from dpsql.errors import ExecutionFailed
 from dpsql.frontends.server.server import ServerConfig, load_tls
 from dpsql.policy import load_policy
-from tests.server.conftest import PASSWORDS, RawClient, charges, dsn, error_fields, sample_policy, start_server
+from tests.server.conftest import (
+    PASSWORDS,
+    RawClient,
+    charges,
+    dsn,
+    error_fields,
+    hold_engine,
+    sample_policy,
+    start_server,
+)
 
 
 def _login_error(served, user: str, password: str) -> dict[str, str]:
@@ -200,13 +209,13 @@ def test_an_idle_client_is_dropped_at_the_idle_timeout(tmp_path: Path) -> None:
 
 def test_a_busy_engine_does_not_stop_other_clients(served) -> None:
     """While a query holds the engine, other analysts still log in, set and show things without waiting."""
-    served.call(served.server.engine_turn.acquire())
+    release = hold_engine(served)
     try:
         with psycopg.connect(dsn(served, "bob"), autocommit=True) as conn:
             conn.execute("SET application_name = 'while busy'")
             assert conn.execute("SHOW dpsql.budget").fetchone()[0] == "bob"
     finally:
-        served.loop.call_soon_threadsafe(served.server.engine_turn.release)
+        release()
 
 
 def _wait_until(condition) -> None:
@@ -217,7 +226,7 @@ def _wait_until(condition) -> None:
 @pytest.mark.parametrize("leaves_early", [True, False])
 def test_a_client_gone_before_its_turn_is_not_charged_and_one_killed_after_is_once(served, leaves_early) -> None:
     before = len(charges(served.policy))
-    served.call(served.server.engine_turn.acquire())
+    release = hold_engine(served)
     client = RawClient(served.port)
     try:
         client.login("alice", PASSWORDS["alice"])
@@ -229,7 +238,7 @@ def test_a_client_gone_before_its_turn_is_not_charged_and_one_killed_after_is_on
             client.close()
             _wait_until(connection.reader.at_eof)
     finally:
-        served.loop.call_soon_threadsafe(served.server.engine_turn.release)
+        release()
     if not leaves_early:
         _wait_until(lambda: len(charges(served.policy)) == before + 1)
         client.close()  # killed once its query runs: the charge stands, once
@@ -252,7 +261,7 @@ class _HeldEngine(DuckDBEngine):
         self.interrupted.wait()
         raise ExecutionFailed()
 
-    def interrupt(self) -> None:
+    def interrupt(self, owner: int | None = None) -> None:
         if self.running.is_set():
             self.interrupted.set()
 

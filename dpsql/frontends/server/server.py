@@ -4,10 +4,19 @@ One process loads the policy's tables once (one sandboxed engine) and serves man
 in with SCRAM-SHA-256 as an analyst the steward registered (users.py) and gets its own PrivateSession over the
 shared engine, so every statement goes through the same pipeline, charges and refusals as the DB-API's.
 
-Concurrency: the event loop only frames messages. Whatever touches the engine (the dry run of a Describe, a
-query) runs in a worker thread, one at a time, in the order asked: the engine runs one query at a time anyway,
-and a query still waiting for its turn can be cancelled before it is charged. A query already running on the data
-runs to its end (or the policy's time limit); its charge stands, as with every query that touched the data.
+Concurrency: the event loop only frames messages. A query runs in a worker thread when the scheduler gives it a
+turn (scheduler.py): several at once (each on an engine cursor of its own, engines/cursors.py), shared by analyst
+in turn, a few per analyst at most; queries of public tables only and catalog queries, which cost nothing, take
+turns of their own, one per analyst, so they never hold a turn a private query needs. A query still waiting for
+its turn can be cancelled before it is charged; one already running on the data runs to its end (or the policy's
+time limit, or a cancel that interrupts it alone); its charge stands, as with every query that touched the data.
+A Describe or an EXPLAIN (the query planned, and dry-run on empty tables: no data) takes a turn of a third kind,
+one per analyst, so it never waits for a query on the data. Logins and session commands run unscheduled in threads
+of their own.
+
+Back-pressure: a client's answers are written statement by statement, and the next statement waits while the
+connection's output buffer is full (the client does not read): a client that sends many statements and reads
+nothing holds a bounded buffer, not its answers.
 
 Limits: connections, message size (smaller before login), login time and idle time. A client that breaks the
 protocol or a limit gets one FATAL error and loses its own connection; the others are not affected.
@@ -23,10 +32,12 @@ import functools
 import hmac
 import itertools
 import logging
+import os
 import secrets
 import socket
 import ssl
 import struct
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -48,12 +59,13 @@ from dpsql.frontends.explain import explain
 from dpsql.frontends.format import headers, records, why_no_rows
 from dpsql.frontends.server import protocol as pq
 from dpsql.frontends.server import types
-from dpsql.frontends.server.catalog import Catalog, CatalogStatement, ConnectionFacts, CursorFacts
+from dpsql.frontends.server.catalog import Catalog, CatalogQueryError, CatalogStatement, ConnectionFacts, CursorFacts
 from dpsql.frontends.server.commands import Answer, Context, LocalCommand, Settings, version_text
 from dpsql.frontends.server.copy import CopyStatement, copy_rows
 from dpsql.frontends.server.cursors import Close, Cursors, Declare, Fetch
 from dpsql.frontends.server.parameters import dummy_value, parameter_types
 from dpsql.frontends.server.router import Explain, Private, Route, query_route, route
+from dpsql.frontends.server.scheduler import FairScheduler
 from dpsql.frontends.server.scram import ScramError, ScramExchange, end_point_hash
 from dpsql.frontends.server.statements import split_statements
 from dpsql.frontends.server.users import UserStore, users_path
@@ -81,6 +93,9 @@ class ServerConfig:
     max_message: int = pq.DEFAULT_MAX_MESSAGE
     login_timeout: float = 30.0  # seconds from connect to logged in
     idle_timeout: float = 3600.0  # seconds a logged-in client may send nothing; 0: no limit
+    query_slots: int = 0  # queries on the data at once; 0: two per core
+    analyst_queries: int = 2  # of them, one analyst's at most
+    output_buffer: int = 256 * 1024  # bytes of answers held for a client before its next statement waits
 
 
 @dataclass(frozen=True)
@@ -155,9 +170,17 @@ class DpsqlServer:
         self._tasks: set[asyncio.Task] = set()
         self._ids = itertools.count(secrets.randbelow(1 << 20) + 1000)
         self._server: asyncio.Server | None = None
-        # Sessions are made and closed and statements run in these threads; queries take the engine in turn.
-        self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="dpsql-server")
-        self.engine_turn = asyncio.Lock()
+        # Queries run when the scheduler says (free ones in turns of their own) in the query threads; logins,
+        # session commands and Describes in threads of their own: one per connection at most, so none waits.
+        cores = os.cpu_count() or 1
+        slots = config.query_slots or 2 * cores
+        self.queries = FairScheduler(slots, min(config.analyst_queries, slots))
+        self.free_queries = FairScheduler(cores, 1)
+        # A Describe or an EXPLAIN plans the query (and dry-runs it on empty tables): free, bounded work, one per
+        # analyst at a time, in turns of its own, so it never waits for a query on the data.
+        self.plans = FairScheduler(cores, 1)
+        self.executor = ThreadPoolExecutor(max_workers=slots + 2 * cores, thread_name_prefix="dpsql-query")
+        self.control = ThreadPoolExecutor(max_workers=config.max_connections + 2, thread_name_prefix="dpsql-control")
         # Catalog queries: PostgreSQL's catalog generated from the policy, in a database of its own, never the engine.
         self.catalog = Catalog(policy, version_text())
         self.started = datetime.datetime.now(datetime.UTC)
@@ -181,7 +204,7 @@ class DpsqlServer:
         if self.engine is None:
             self._can_listen()  # before a load that may take minutes, not after it
             self.engine = await asyncio.get_running_loop().run_in_executor(
-                self.executor, functools.partial(build_engine, self.policy, progress=self.progress))
+                self.control, functools.partial(build_engine, self.policy, progress=self.progress))
         if self.measurements is None:
             self.measurements = measurement_store(self.policy, self.engine)
         try:
@@ -217,6 +240,7 @@ class DpsqlServer:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await asyncio.get_running_loop().run_in_executor(None, self.executor.shutdown)
+        await asyncio.get_running_loop().run_in_executor(None, self.control.shutdown)
         if self._owns_engine and self.engine is not None:
             self.engine.close()
         self.catalog.close()
@@ -299,7 +323,7 @@ class Connection:
         self._tls = False
         self._busy = False
         self._cancelled = asyncio.Event()
-        self._holds_engine = False  # its query holds the engine (planning, charging or running on the data)
+        self._worker: int | None = None  # the thread its query runs in (planning, charging or on the data)
         self._interrupted = False  # a cancel interrupted its query on the data
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
@@ -349,9 +373,11 @@ class Connection:
         otherwise (no query, or one still being planned) the request is ignored, as PostgreSQL does."""
         if self._busy:
             self._cancelled.set()
-        if self._holds_engine and self.server.engine is not None:
+        worker = self._worker
+        if worker is not None and self.server.engine is not None:
             self._interrupted = True
-            self.server.engine.interrupt()
+            self.server.engine.interrupt(worker)  # its own query only
+            self.server.catalog.interrupt(worker)
 
     # ---- login -----------------------------------------------------------------------------------------------
 
@@ -406,6 +432,7 @@ class Connection:
             self.writer.write(pq.parameter_status(name, self.settings.get(name)))
         self.writer.write(pq.backend_key_data(self.process_id, self.secret))
         self.writer.write(pq.ready_for_query(b"I"))
+        self.writer.transport.set_write_buffer_limits(high=self.server.config.output_buffer)
         await self.writer.drain()
         return True
 
@@ -497,11 +524,12 @@ class Connection:
                 break
             if answer.copy is not None:
                 self._send_copy(answer)
-                continue
-            if answer.columns:
-                self._send(pq.row_description([types.field(n, t, 0) for n, t in answer.columns]))
-            self._send_answer(answer, [0] * len(answer.columns), 0, len(answer.rows))
-            self._send(pq.command_complete(answer.tag))
+            else:
+                if answer.columns:
+                    self._send(pq.row_description([types.field(n, t, 0) for n, t in answer.columns]))
+                self._send_answer(answer, [0] * len(answer.columns), 0, len(answer.rows))
+                self._send(pq.command_complete(answer.tag))
+            await self.writer.drain()  # the next statement waits while the client leaves its answers unread
         self._send(pq.ready_for_query(self.state.transaction))
 
     def _send_copy(self, answer: Answer) -> None:
@@ -576,8 +604,8 @@ class Connection:
         if isinstance(where, Explain):
             assert self.session is not None and self.settings is not None
             session, cost, bound = self.session, _costs(self.settings), parameters or None
-            text = await self._with_engine(lambda: explain(session.plan_for(where.query, bound, **cost),
-                                                           listed=session.engine.lists_earlier_rows))
+            text = await self._scheduled(self.server.plans, lambda: explain(
+                session.plan_for(where.query, bound, **cost), listed=session.engine.lists_earlier_rows))
             return Answer(_EXPLAIN_COLUMNS, [(line,) for line in text.splitlines()], "EXPLAIN")
         return await self._query_answer(where, parameters)
 
@@ -590,12 +618,19 @@ class Connection:
             # An untyped parameter arrives as text whose type its place decides: in a catalog query, it is text.
             values = [types.text_array(p.text) if isinstance(p, TextParameter) and i + 1 in where.translated.arrays
                       else p.text if isinstance(p, TextParameter) else p for i, p in enumerate(parameters)]
-            columns, rows = await self._in_thread(self.server.catalog.run, where, self._facts(), values)
+            facts, catalog = self._facts(), self.server.catalog
+            columns, rows = await self._scheduled(self.server.free_queries,
+                                                  lambda: catalog.run(where, facts, values))
             return Answer(tuple(columns), rows, f"SELECT {len(rows)}")
         assert self.session is not None and self.settings is not None
         session, settings = self.session, self.settings
         cost, bound = _costs(settings), parameters or None
-        result = await self._with_engine(lambda: session.execute(where.sql, bound, **cost))
+        # A query of public tables only costs nothing: it takes a free turn, never one a private query needs.
+        free = session.known_public_only(where.sql, bound)  # known after a Describe: no thread to wait for
+        if free is None:
+            free = await self._in_thread(session.reads_public_only, where.sql, bound)
+        lane = self.server.free_queries if free else self.server.queries
+        result = await self._scheduled(lane, lambda: session.execute(where.sql, bound, **cost))
         return self._private_answer(result, settings.intervals)
 
     def _facts(self) -> ConnectionFacts:
@@ -653,24 +688,24 @@ class Connection:
 
         def describe() -> tuple[tuple[str, str], ...]:
             # The session's rehearsal found the output types when it prepared the question (a query of public
-            # tables: the empty twins did): no data, no charge.
+            # tables: binding it did): no data, no charge, so no turn to wait for.
             columns = session.describe(where.sql, values or None, **cost)
             return _columns([c.name for c in columns], [c.type for c in columns], [c.noisy for c in columns],
                             with_ci)
-        return await self._with_engine(describe)
+        return await self._scheduled(self.server.plans, describe)
 
     async def _in_thread(self, work: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Work that needs no turn (a login, a session command, a Describe), in a thread of the connection's."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.server.executor, lambda: work(*args, **kwargs))
+        return await loop.run_in_executor(self.server.control, lambda: work(*args, **kwargs))
 
-    async def _with_engine(self, work: Callable[[], T]) -> T:
-        """Run `work` in a worker thread when the engine is free. A cancel that arrives while the query waits for
-        its turn stops it before anything is charged."""
+    async def _scheduled(self, lane: FairScheduler, work: Callable[[], T]) -> T:
+        """Run `work` in a query thread when `lane` gives the analyst a turn. A cancel that arrives while the query
+        waits for its turn stops it before anything is charged."""
         self._cancelled.clear()
         self._busy = True
-        turn = self.server.engine_turn
         try:
-            acquire = asyncio.ensure_future(turn.acquire())
+            acquire = asyncio.ensure_future(lane.acquire(self.user))
             cancelled = asyncio.ensure_future(self._cancelled.wait())
             try:
                 await asyncio.wait({acquire, cancelled}, return_when=asyncio.FIRST_COMPLETED)
@@ -683,19 +718,25 @@ class Connection:
             if not acquire.done() or acquire.cancelled():
                 raise WireError("57014", "canceling statement due to user request")
             if self.reader.at_eof():  # the client left while its query waited: do not charge it for nothing
-                turn.release()
+                lane.release(self.user)
                 raise WireError("08006", "the client has gone")
-            self._holds_engine, self._interrupted = True, False
+            self._interrupted = False
+
+            def in_worker() -> T:
+                self._worker = threading.get_ident()
+                try:
+                    return work()
+                finally:
+                    self._worker = None
             try:
-                return await self._in_thread(work)
-            except ExecutionFailed:
+                return await asyncio.get_running_loop().run_in_executor(self.server.executor, in_worker)
+            except (ExecutionFailed, CatalogQueryError):
                 if self._interrupted:  # the client's cancel, not the data, stopped it
                     raise WireError("57014", "canceling statement due to user request (it had started on the data: "
                                              "its charge stands)") from None
                 raise
             finally:
-                self._holds_engine = False
-                turn.release()
+                lane.release(self.user)
         finally:
             self._busy = False
 

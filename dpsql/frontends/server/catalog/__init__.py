@@ -65,6 +65,11 @@ class Catalog:
             parameters: list[Any]) -> tuple[list[tuple[str, str]], list[tuple[Any, ...]]]:
         return self.database().run(statement.translated.sql, facts, parameters)
 
+    def interrupt(self, owner: int) -> None:
+        """Stop the catalog query the thread `owner` runs, if any."""
+        if self._database is not None:
+            self._database.interrupt(owner)
+
     def database(self) -> CatalogDatabase:
         """Built on first use (in a worker thread: it takes a fraction of a second)."""
         with self._opening:

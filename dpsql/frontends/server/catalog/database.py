@@ -8,20 +8,22 @@ it is. It is opened through the one sandbox factory (sql/sandbox.py: no files, n
 configuration), with a memory limit and a time limit of its own (a catalog query that runs too long is
 interrupted and fails).
 
-Each query sees its connection: the database name it connected with, its login, its settings and cursors are set
-as DuckDB variables and temporary tables before the query runs, under the lock that lets one catalog query run at
-a time.
+Catalog queries of different connections run at the same time, each on a DuckDB cursor of its own with its own
+time limit (engines/cursors.py): one that runs to its limit holds no other. Each query sees its connection: the
+database name it connected with, its login, its settings and cursors are set as the cursor's DuckDB variables and
+temporary tables before the query runs.
 """
 
 from __future__ import annotations
 
 import contextlib
-import threading
+from collections.abc import Iterator
 from typing import Any
 
 import duckdb
 from sqlglot import exp
 
+from dpsql.engines.cursors import CursorPool
 from dpsql.engines.watchdog import Watchdog
 from dpsql.errors import ProgrammingError, first_line
 from dpsql.frontends.server.catalog import functions
@@ -54,11 +56,13 @@ class CatalogDatabase:
             for schema in (ROWS, *DUCKDB_SCHEMA.values()):
                 con.execute(f"CREATE SCHEMA {schema}")
             rows = catalog_rows(policy)
+            # Per connection: temporary, so the views below read the asking cursor's own rows.
+            per_connection = [f"CREATE TEMP TABLE {relation.name} ({column_definitions(relation.columns)})"
+                              for relation in RELATIONS if relation.per_connection]
+            for statement in per_connection:
+                con.execute(statement)
             for relation in RELATIONS:
-                if relation.per_connection:
-                    # Per connection: temporary, so the views below read the asking connection's own rows.
-                    con.execute(f"CREATE TEMP TABLE {relation.name} ({column_definitions(relation.columns)})")
-                else:
+                if not relation.per_connection:
                     con.execute(f"CREATE TABLE {ROWS}.{relation.name} ({column_definitions(relation.columns)})")
                     _insert(con, f"{ROWS}.{relation.name}", rows[relation.name])
             con.execute(f"CREATE TABLE {ROWS}.type_names (oid BIGINT, typname VARCHAR, shown VARCHAR)")
@@ -68,18 +72,16 @@ class CatalogDatabase:
             for statement in (*functions.HELPERS, *functions.macros(version)):
                 con.execute(statement)
         self._con = con
-        self._lock = threading.Lock()
         self._time_limit = time_limit
-        self._watchdog = Watchdog(con, time_limit)
-        self._facts: ConnectionFacts | None = None
+        self._cursors = CursorPool(con, time_limit, per_connection)
+        self._seen: dict[int, ConnectionFacts] = {}  # id of a cursor -> the connection it shows
 
     def columns(self, sql: str, facts: ConnectionFacts, parameters: int) -> list[tuple[str, str]]:
         """The output columns (name, DuckDB type) of a translated query, from binding it (its parameters NULL):
         nothing runs."""
-        with self._lock:
-            self._see(facts)
+        with self._seeing(facts) as (cursor, _):
             try:
-                relation = self._con.sql(sql, params=[None] * parameters or None)
+                relation = cursor.sql(sql, params=[None] * parameters or None)
                 return [(name, str(kind)) for name, kind in zip(relation.columns, relation.types, strict=True)]
             except duckdb.Error as exc:
                 raise CatalogQueryError(f"dpsql cannot answer this catalog query: {first_line(exc)}") from None
@@ -87,40 +89,44 @@ class CatalogDatabase:
     def run(self, sql: str, facts: ConnectionFacts, parameters: list[Any]) -> tuple[list[tuple[str, str]],
                                                                                     list[tuple[Any, ...]]]:
         """The columns and rows of a translated query, under the time limit."""
-        with self._lock:
-            self._see(facts)
+        with self._seeing(facts) as (cursor, watchdog):
             try:
-                with self._watchdog.running():
-                    cursor = self._con.execute(sql, parameters or None)
-                    rows = cursor.fetchall()
-                columns = [(d[0], str(d[1])) for d in cursor.description or ()]
+                with watchdog.running():
+                    result = cursor.execute(sql, parameters or None)
+                    rows = result.fetchall()
+                columns = [(d[0], str(d[1])) for d in result.description or ()]
                 return columns, rows
             except duckdb.InterruptException:
-                raise CatalogQueryError(f"the catalog query ran longer than {self._time_limit:g} s and was "
-                                        "stopped") from None
+                raise CatalogQueryError(f"the catalog query ran longer than {self._time_limit:g} s (or was "
+                                        "cancelled) and was stopped") from None
             except duckdb.Error as exc:
                 raise CatalogQueryError(f"dpsql cannot answer this catalog query: {first_line(exc)}") from None
 
-    def _see(self, facts: ConnectionFacts) -> None:
-        """Make the catalog show `facts`' connection (the caller holds the lock)."""
-        if facts == self._facts:
-            return
-        self._facts = None  # should this fail half-way, the next query sets everything again
-        values = {functions.DATABASE: facts.database, functions.USER: facts.user, functions.USER_OID: USER_OID,
-                  functions.PID: facts.pid, functions.STARTED: facts.started,
-                  functions.SEARCH_PATH: list(facts.search_path)}
-        for name, value in values.items():
-            self._con.execute(f"SET VARIABLE {name} = {_literal(value)}")
-        for name, rows in connection_rows(facts).items():
-            self._con.execute(f"DELETE FROM temp.main.{name}")
-            _insert(self._con, f"temp.main.{name}", rows)
-        self._facts = facts
+    def interrupt(self, owner: int) -> None:
+        """Stop the catalog query the thread `owner` runs (a client's cancel)."""
+        self._cursors.interrupt(owner)
+
+    @contextlib.contextmanager
+    def _seeing(self, facts: ConnectionFacts) -> Iterator[tuple[duckdb.DuckDBPyConnection, Watchdog]]:
+        """A cursor that shows `facts`' connection."""
+        with self._cursors.taken() as (cursor, watchdog):
+            if self._seen.get(id(cursor)) != facts:
+                self._seen.pop(id(cursor), None)  # should this fail half-way, the next query sets everything again
+                values = {functions.DATABASE: facts.database, functions.USER: facts.user,
+                          functions.USER_OID: USER_OID, functions.PID: facts.pid, functions.STARTED: facts.started,
+                          functions.SEARCH_PATH: list(facts.search_path)}
+                for name, value in values.items():
+                    cursor.execute(f"SET VARIABLE {name} = {_literal(value)}")
+                for name, rows in connection_rows(facts).items():
+                    cursor.execute(f"DELETE FROM temp.main.{name}")
+                    _insert(cursor, f"temp.main.{name}", rows)
+                self._seen[id(cursor)] = facts
+            yield cursor, watchdog
 
     def close(self) -> None:
-        with self._lock:
-            self._watchdog.close()
-            with contextlib.suppress(duckdb.Error):
-                self._con.close()
+        self._cursors.close()
+        with contextlib.suppress(duckdb.Error):
+            self._con.close()
 
 
 def _view(relation: Relation) -> str:
