@@ -7,6 +7,7 @@ statistical tolerances come from the distribution, never from hand-picked slack.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from pathlib import Path
 
@@ -60,18 +61,16 @@ def visits_policy(tmp_path: Path) -> Path:
 # session per case (opening one was most of their time) would check nothing more.
 @pytest.fixture(scope="module")
 def refusing_pums_session(tmp_path_factory: pytest.TempPathFactory):
-    session = PrivateSession(_pums_policy(tmp_path_factory.mktemp("pums")), "tester", rng=seeded(1),
-                             bounding_seed=7)
-    yield session
-    session.close()
+    with contextlib.closing(PrivateSession(_pums_policy(tmp_path_factory.mktemp("pums")), "tester", rng=seeded(1),
+                                           bounding_seed=7)) as session:
+        yield session
 
 
 @pytest.fixture(scope="module")
 def refusing_visits_session(tmp_path_factory: pytest.TempPathFactory):
-    session = PrivateSession(_visits_policy(tmp_path_factory.mktemp("visits")), "tester", rng=seeded(3),
-                             bounding_seed=5)
-    yield session
-    session.close()
+    with contextlib.closing(PrivateSession(_visits_policy(tmp_path_factory.mktemp("visits")), "tester",
+                                           rng=seeded(3), bounding_seed=5)) as session:
+        yield session
 
 
 @pytest.fixture
