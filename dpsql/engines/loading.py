@@ -1,7 +1,8 @@
 """Reading a policy's tables into a DuckDB connection that is not locked yet: each declared table from its source
-(a CSV glob, Parquet, or a table of a DuckDB file, attached read-only and detached once copied) with the declared
-types, only the declared columns, prepared for contribution bounding by rewrite/bounding.py, with an empty twin in
-the twin schema for the dry run. Used for the engine's in-memory database and for building a prepared store."""
+(a CSV glob, Parquet, a table of a DuckDB file, attached read-only and detached once copied, or a database's table
+or query, copied as read into a staging table first: engines/database.py) with the declared types, only the
+declared columns, prepared for contribution bounding by rewrite/bounding.py, with an empty twin in the twin schema
+for the dry run. Used for the engine's in-memory database and for building a prepared store."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import duckdb
 from sqlglot import exp
 
 from dpsql.engines.csv_shape import csv_problem
+from dpsql.engines.database import DatabaseTable, SourceFailed, readable
 from dpsql.engines.exact_values import inexact
 from dpsql.engines.progress import SILENT, Percent, Progress
 from dpsql.errors import PolicyError, first_line
@@ -29,8 +31,12 @@ class TableLoader:
         self.portable = portable  # rank by bounding.portable_key, as the Spark engine does (see `portable_ranks`)
         self.progress = progress  # told of each step (engines/progress.py); `percent` says how far one has gone
         self.percent = percent
+        # Each database source's version, by table name, as read in the snapshot its rows were copied from.
+        self.versions: dict[str, bytes] = {}
 
     def load(self, table: TablePolicy, salt: int) -> None:
+        if table.source.kind == "database":
+            self._stage(table)
         found = self._source_columns(table, self._source(table, typed=False))
         missing = [name for name in table.columns if name not in found]
         if missing:
@@ -42,7 +48,8 @@ class TableLoader:
         source = self._source(table)
         rows = cleaned_rows(table, source) if table.public else prepared_rows(table, source, salt, self.portable)
         try:
-            with self.progress.step(f"reading {table.source.pattern} into table {table.name}", self.percent) as step:
+            reading = "preparing" if table.source.kind == "database" else f"reading {table.source.shown} into"
+            with self.progress.step(f"{reading} table {table.name}", self.percent) as step:
                 self.con.execute(f"CREATE TABLE {prepared_table(table.name)} AS {rows.sql(DIALECT)}")
                 if self.progress.detailed:  # the steward's: the data's size is theirs to see
                     count = self.con.execute(f"SELECT COUNT(*) FROM {prepared_table(table.name)}").fetchone()[0]
@@ -53,7 +60,7 @@ class TableLoader:
                 hint = self._column_hint(table)
             except duckdb.Error:  # never shown: DuckDB's message may quote a row
                 hint = "the source could not be read to the end (a damaged or truncated file?)"
-            self._fail(table, "source", f"cannot load {table.source.pattern!r} with the declared column types: {hint}")
+            self._fail(table, "source", f"cannot load {table.source.shown!r} with the declared column types: {hint}")
         for column in table.columns.values():
             if column.per_unit and not table.row_privacy:
                 check = varying_units(table, prepared_table(table.name), column).sql(DIALECT)
@@ -71,6 +78,43 @@ class TableLoader:
             self.con.execute(f"CREATE TABLE {TWIN_SCHEMA}.{name} AS SELECT * FROM {name} LIMIT 0")
         if table.source.kind == "duckdb":  # the copy is made: the steward's database file is not needed any more
             self.con.execute(f"DETACH {names.attached_source(table.name)}")
+        if table.source.kind == "database":
+            self.con.execute(f"DROP TABLE {names.staged_source(table.name)}")
+
+    def _stage(self, table: TablePolicy) -> None:
+        """Copy a database source's declared columns, as read in one snapshot (with its version), into a staging
+        table (names.staged_source, temporary: the prepared table is made from it and it is dropped), after
+        checking that each column's type in the source can be read as the declared type."""
+        source = table.source
+        try:
+            with DatabaseTable(source) as database:
+                found = database.columns()
+                missing = [name for name in table.columns if name not in found]
+                if missing:
+                    self._fail(table, f"columns.{missing[0]}", f"the source has no column '{missing[0]}' (it has: "
+                                                               f"{', '.join(sorted(found))})")
+                for name, column in table.columns.items():
+                    if not readable(found[name].arrow, column.type):
+                        self._fail(table, f"columns.{name}", f"is {found[name].type_name} in the source, which is "
+                                                             f"not read as {column.type.value}: declare another "
+                                                             f"type, or convert it in the source's query")
+                declared = {name: found[name] for name in table.columns}
+                self.versions[table.name] = database.version(declared).encode()
+                stream = database.rows(declared)
+                arrow = f"__dp_arrow_{table.name}"
+                with self.progress.step(f"copying {source.shown}") as step:
+                    self.con.register(arrow, stream.reader())
+                    try:
+                        self.con.execute(f"CREATE TEMP TABLE {names.staged_source(table.name)} AS "
+                                         f"SELECT * FROM {arrow}")
+                    except Exception:  # DuckDB's message, or the stream's own exception: `failure` says which
+                        raise stream.failure or SourceFailed("the rows could not be copied") from None
+                    finally:
+                        self.con.unregister(arrow)
+                    if self.progress.detailed:
+                        step.result = f"{stream.rows:,} rows"
+        except SourceFailed as exc:
+            self._fail(table, "source", f"{source.shown}: {exc}")
 
     def _check_exact(self, table: TablePolicy, found: dict[str, str]) -> None:
         """Fail on the first value that the load's cast would read as another value of its declared type (1.5 in an
@@ -86,7 +130,7 @@ class TableLoader:
                 this=condition)) for condition in conditions.values()]).from_(rows).sql(DIALECT)).fetchone()
         except duckdb.Error:  # never shown: DuckDB's message may quote a row
             self._fail_shape(table)
-            self._fail(table, "source", f"cannot read {table.source.pattern!r} to the end (a damaged or truncated "
+            self._fail(table, "source", f"cannot read {table.source.shown!r} to the end (a damaged or truncated "
                                         "file?)")
         failing = [(first, name) for first, name in zip(firsts, conditions, strict=True) if first is not None]
         if failing:
@@ -102,7 +146,7 @@ class TableLoader:
         expression of that number: a table function's ordinality, a DuckDB table's rowid + 1. `files`: the file
         each row comes from too, as the column names.SOURCE_FILE."""
         source = self._source(table, typed=False, files=files)
-        if table.source.kind == "duckdb":
+        if table.source.kind in ("duckdb", "database"):
             return source, exp.Add(this=exp.column("rowid"), expression=exp.Literal.number(1))
         source.set("ordinality", True)
         # DuckDB names the number `ordinality`, or another name when the file has a column so named: the last one.
@@ -113,6 +157,8 @@ class TableLoader:
         """Where a source row is, for a steward to find it: `row N of 'file'`, numbered within its file."""
         if table.source.kind == "duckdb":
             return f"row {row} of table '{table.source.table}'"
+        if table.source.kind == "database":
+            return f"row {row} as read from {table.source.shown}"
         rows, number = self._numbered(table, files=True)
         file = exp.column(names.SOURCE_FILE)
         found = self.con.execute(exp.select(file).from_(rows).where(number.eq(row)).sql(DIALECT)).fetchone()[0]
@@ -136,6 +182,8 @@ class TableLoader:
                                                                              option, *options]))
         if table.source.kind == "parquet":
             return exp.Table(this=exp.Anonymous(this="read_parquet", expressions=[path, *options]))
+        if table.source.kind == "database":  # copied by `_stage`
+            return exp.to_table(names.staged_source(table.name))
         alias = names.attached_source(table.name)
         attached = {row[0] for row in self.con.execute("SELECT database_name FROM duckdb_databases()").fetchall()}
         if alias not in attached:
@@ -150,7 +198,7 @@ class TableLoader:
             described = self.con.execute(f"DESCRIBE {exp.select('*').from_(source).sql(DIALECT)}").fetchall()
         except duckdb.Error as exc:
             self._fail_shape(table)
-            self._fail(table, "source", f"cannot read {table.source.pattern!r} ({first_line(exc)})")
+            self._fail(table, "source", f"cannot read {table.source.shown!r} ({first_line(exc)})")
         return {row[0].lower(): row[1] for row in described}
 
     def _fail(self, table: TablePolicy, key: str, problem: str) -> None:

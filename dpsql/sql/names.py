@@ -122,6 +122,12 @@ def attached_source(table: str) -> str:
     return f"__dp_src_{table}"
 
 
+def staged_source(table: str) -> str:
+    """The table a database source's rows are copied into, as read, before they are prepared (engines/loading.py);
+    kept in a prepared store only for an append-only source, whose next refresh reads just the newer rows."""
+    return f"__dp_staged_{table}"
+
+
 def is_reserved(name: str) -> bool:
     return name.startswith(RESERVED_PREFIX)
 

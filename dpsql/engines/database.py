@@ -1,0 +1,393 @@
+"""Tables that live in a database: read through the database's ADBC driver, as Arrow, within one snapshot.
+
+A policy's database source (`source = { uri = ..., table = ... }`, policy.py) is read here and nowhere else: the
+loader (engines/loading.py) copies its rows into a DuckDB table and prepares them from there exactly as a file's, so
+every defence that rests on DuckDB holds as it is; analyst SQL never reaches the database, only the steward's load
+and version queries do. One source kind, a driver per URI scheme (`DRIVERS`): PostgreSQL (libpq's binary COPY under
+adbc-driver-postgresql) and SQLite (adbc-driver-sqlite).
+
+Credentials. The policy never holds a password (policy.py refuses a URI with one). The driver finds it as it
+always does: libpq reads PGPASSWORD, PGSERVICE / PGSERVICEFILE and ~/.pgpass (PGPASSFILE) itself, and `uri_env`
+names a variable that holds the whole URI. Every message about a source is scrubbed (`Credentials.scrub`): a URI's
+`user:password@` and `password=...` become `***`, and any known secret (PGPASSWORD's value, the password in the
+URI read from the environment) is replaced wherever it appears.
+
+Snapshot and version. A read opens one transaction, on PostgreSQL `REPEATABLE READ READ ONLY`: the version and
+the rows come from the same snapshot, so the version a prepared store is labelled with is the version of the very
+rows it holds, even while the table changes. The version is the steward's `version` query (e.g.
+`SELECT max(updated_at) FROM visits`: instant with an index), or by default, on PostgreSQL, the row count and the sum
+of each row's md5 (of the declared columns as read; any insert, update or delete changes it; a full scan on the
+server, about 1 s per million rows), and for SQLite the database file's fingerprint (its path, size, modification
+time and a sample of its content, with its -wal and -journal files), as for DuckDB files.
+
+Errors never quote a value: a failure before any row is read (connecting, a table or column that does not exist)
+shows the driver's first line, scrubbed; a failure while rows are read (the version query, the data) shows only its
+SQLSTATE, since a database's message may quote the row it failed on (`invalid input syntax for type integer: "..."`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dpsql.engines.versions import file_fingerprint, source_files
+from dpsql.errors import PolicyError
+from dpsql.policy import ColumnType, Policy, Source, without_passwords
+
+try:  # the `databases` extra; a policy with a database source says how to install it when it is missing
+    import pyarrow as pa
+except ImportError:  # pragma: no cover - the message below is tested by hand
+    pa = None
+
+_INSTALL = "install dpsql's database drivers: pip install 'dpsql[databases]'"
+# Bytes per Arrow batch PostgreSQL's driver builds (its default, 16 MiB): the rows in flight between the two.
+BATCH_BYTES = 16 << 20
+
+
+class SourceFailed(Exception):
+    """A database source could not be read; the message is scrubbed of credentials and holds no value."""
+
+
+@dataclass(frozen=True)
+class SourceColumn:
+    name: str  # as the database spells it
+    type_name: str  # the database's type (PostgreSQL's typname), or Arrow's where the driver gives none
+    arrow: Any  # the Arrow type the rows arrive as, once normalized (`_normalized`)
+
+
+class Credentials:
+    """Where the URI comes from and which secrets must never be shown."""
+
+    def __init__(self, source: Source) -> None:
+        self.source = source
+        if source.pattern.startswith("$"):
+            variable = source.pattern[1:]
+            value = os.environ.get(variable, "").strip()
+            if not value:
+                raise SourceFailed(f"the environment variable {variable} (uri_env) is not set")
+            self.uri = value
+        else:
+            self.uri = source.pattern
+        self._secrets = [secret for secret in (os.environ.get("PGPASSWORD"), _password_in(self.uri)) if secret]
+
+    @property
+    def scheme(self) -> str:
+        return self.uri.partition(":")[0].lower()
+
+    @property
+    def shown(self) -> str:
+        """The URI connected to, as it may be shown and fingerprinted: without its password."""
+        return self.scrub(self.uri)
+
+    def scrub(self, text: str) -> str:
+        text = without_passwords(text)
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+
+def _password_in(uri: str) -> str | None:
+    found = re.search(r"://[^/?#@\s:]*:([^/?#@\s]*)@", uri) or re.search(r"(?i)\bpassword\s*=\s*([^&\s]+)", uri)
+    return found.group(1) if found else None
+
+
+class _Driver:
+    """How one kind of database is connected to, begins its snapshot and versions a source by default."""
+
+    def connect(self, uri: str) -> Any:
+        raise NotImplementedError
+
+    def begin(self, cursor: Any) -> None:
+        cursor.execute("BEGIN")
+
+    def default_version(self, rows_sql: str) -> str | None:
+        """The SQL of a source's default version over its rows' SELECT; None: versioned by the file (SQLite)."""
+        return None
+
+    def statement_options(self) -> dict[str, str]:
+        return {}
+
+    def quote(self, name: str) -> str:
+        return '"' + name.replace('"', '""') + '"'
+
+
+class _Postgres(_Driver):
+    def connect(self, uri: str) -> Any:
+        try:
+            import adbc_driver_postgresql.dbapi as driver
+        except ImportError:
+            raise SourceFailed(f"the PostgreSQL driver is not installed: {_INSTALL}") from None
+        return driver.connect(uri, autocommit=True)
+
+    def begin(self, cursor: Any) -> None:
+        cursor.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+
+    def default_version(self, rows_sql: str) -> str | None:
+        # The count and the sum (as numeric: no overflow) of each row's md5, first 64 bits, over the rows as read.
+        return ("SELECT count(*)::text || ' rows, ' || coalesce(sum(('x' || substr(md5(__dp_rows::text), 1, 16))"
+                f"::bit(64)::bigint::numeric), 0)::text FROM ({rows_sql}) AS __dp_rows")
+
+    def statement_options(self) -> dict[str, str]:
+        return {"adbc.postgresql.batch_size_hint_bytes": str(BATCH_BYTES)}
+
+
+class _Sqlite(_Driver):
+    def connect(self, uri: str) -> Any:
+        try:
+            import adbc_driver_sqlite.dbapi as driver
+        except ImportError:
+            raise SourceFailed(f"the SQLite driver is not installed: {_INSTALL}") from None
+        return driver.connect(sqlite_file(uri), autocommit=True)
+
+
+DRIVERS: Mapping[str, _Driver] = {"postgresql": _Postgres(), "postgres": _Postgres(), "sqlite": _Sqlite()}
+
+
+def sqlite_file(uri: str) -> str:
+    """The path of a `sqlite://<absolute path>` source (policy.py resolves a relative one)."""
+    return uri.partition(":")[2].removeprefix("//")
+
+
+class DatabaseTable:
+    """One database source, open within one snapshot: its columns, its version, its rows (as a context manager)."""
+
+    def __init__(self, source: Source) -> None:
+        if pa is None:
+            raise SourceFailed(f"pyarrow is not installed: {_INSTALL}")
+        self.source = source
+        self.credentials = Credentials(source)
+        driver = DRIVERS.get(self.credentials.scheme)
+        if driver is None:
+            raise SourceFailed(f"{self.credentials.shown.partition(':')[0]!r} is not a database URI scheme dpsql "
+                               f"reads (uri_env must hold one of: {', '.join(DRIVERS)})")
+        self.driver = driver
+        self._con: Any = None
+        self._cursor: Any = None
+
+    def __enter__(self) -> DatabaseTable:
+        try:
+            self._con = self.driver.connect(self.credentials.uri)
+            self._cursor = self._con.cursor()
+            self.driver.begin(self._cursor)
+        except SourceFailed:
+            raise
+        except Exception as exc:
+            self.close()
+            raise SourceFailed(f"cannot connect to {self.credentials.shown}: {self._first_line(exc)}") from None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for thing in (self._cursor, self._con):
+            if thing is not None:
+                with contextlib.suppress(Exception):
+                    thing.close()
+        self._cursor = self._con = None
+
+    def _first_line(self, exc: BaseException) -> str:
+        lines = [line.strip() for line in self.credentials.scrub(str(exc)).splitlines() if line.strip()]
+        return lines[0] if lines else "the driver gave no reason"
+
+    def _rows_failed(self, exc: BaseException, what: str) -> SourceFailed:
+        state = getattr(exc, "sqlstate", None)
+        return SourceFailed(f"the database failed while {what} (SQLSTATE {state}: its message is not shown, as it "
+                            f"may quote a row)" if state else f"the database failed while {what} (the connection "
+                            f"was lost, or the driver could not read a value; its message is not shown, as it may "
+                            f"quote a row)")
+
+    @property
+    def _from(self) -> str:
+        if self.source.query is not None:
+            return f"({self.source.query}) AS __dp_source"
+        assert self.source.table is not None
+        return ".".join(self.driver.quote(part.strip()) for part in self.source.table.split("."))
+
+    def columns(self) -> dict[str, SourceColumn]:
+        """The source's columns by lower-case name (no row is read: `LIMIT 0`)."""
+        try:
+            self._cursor.execute(f"SELECT * FROM {self._from} LIMIT 0")
+            schema = self._cursor.fetch_arrow_table().schema
+        except Exception as exc:
+            raise SourceFailed(f"cannot read {self.source.shown}: {self._first_line(exc)}") from None
+        found = {}
+        for field in schema:
+            metadata = field.metadata or {}
+            type_name = metadata.get(b"POSTGRESQL:type", b"").decode() or str(field.type)
+            found.setdefault(field.name.lower(), SourceColumn(field.name, type_name, _normalized_type(field.type)))
+        return found
+
+    def rows_sql(self, columns: Mapping[str, SourceColumn], after: Any = None) -> str:
+        """The SELECT of the declared columns (by lower-case name, each as the database spells it); `after`: only
+        the rows whose append key is greater."""
+        select = ", ".join(f"{self.driver.quote(column.name)} AS {self.driver.quote(name)}"
+                           for name, column in columns.items())
+        where = ""
+        if after is not None:
+            assert self.source.append_key is not None
+            where = f" WHERE {self.driver.quote(columns[self.source.append_key].name)} > {_sql_literal(after)}"
+        return f"SELECT {select} FROM {self._from}{where}"
+
+    def version(self, columns: Mapping[str, SourceColumn]) -> str:
+        """The source's version in this snapshot: the steward's query's row, or the driver's default (None: the
+        caller fingerprints the file)."""
+        sql = self.source.version or self.driver.default_version(self.rows_sql(columns))
+        if sql is None:
+            files = source_files("sqlite", sqlite_file(self.credentials.uri))
+            return "files " + b"".join(file_fingerprint(name) for name in files).hex()
+        try:
+            self._cursor.execute(sql)
+            rows = self._cursor.fetchall()
+        except Exception as exc:
+            raise self._rows_failed(exc, "its version was read") from None
+        if len(rows) != 1:
+            raise SourceFailed(f"the version query returned {len(rows)} rows: it must return one")
+        return f"{'query' if self.source.version else 'rows'} {rows[0]!r}"
+
+    def scalar(self, sql: str) -> Any:
+        try:
+            self._cursor.execute(sql)
+            return self._cursor.fetchall()[0][0]
+        except Exception as exc:
+            raise self._rows_failed(exc, "the rows were read") from None
+
+    def largest_key(self, columns: Mapping[str, SourceColumn], upto: Any = None) -> tuple[Any, int]:
+        """The largest append key and the number of rows (with a key up to `upto`, if given), in this snapshot."""
+        assert self.source.append_key is not None
+        key = self.driver.quote(columns[self.source.append_key].name)
+        where = "" if upto is None else f" WHERE {key} <= {_sql_literal(upto)}"
+        try:
+            self._cursor.execute(f"SELECT max({key}), count(*) FROM {self._from}{where}")
+            found = self._cursor.fetchall()[0]
+        except Exception as exc:
+            raise self._rows_failed(exc, "the rows were counted") from None
+        return found[0], int(found[1])
+
+    def rows(self, columns: Mapping[str, SourceColumn], after: Any = None) -> RowStream:
+        """The declared columns' rows as a stream of Arrow batches (normalized and checked as they pass)."""
+        try:
+            self._cursor.adbc_statement.set_options(**self.driver.statement_options())
+            self._cursor.execute(self.rows_sql(columns, after))
+            reader = self._cursor.fetch_record_batch()
+        except Exception as exc:
+            raise self._rows_failed(exc, "the rows were read") from None
+        return RowStream(reader, self)
+
+
+class RowStream:
+    """The rows as they arrive, made what DuckDB reads as the declared types need (`_normalized`), each batch's
+    text checked to be valid UTF-8 (DuckDB would refuse the whole load without saying where). A failure is kept in
+    `failure` (a SourceFailed naming the column and row), and the stream ends: DuckDB then fails the statement that
+    read it, and the loader reports `failure` instead of DuckDB's message. `rows` counts the rows passed."""
+
+    def __init__(self, reader: Any, table: DatabaseTable) -> None:
+        self._reader = reader
+        self._table = table
+        self.rows = 0
+        self.failure: SourceFailed | None = None
+        self.schema = pa.schema([pa.field(field.name, _normalized_type(field.type)) for field in reader.schema])
+
+    def reader(self) -> Any:
+        return pa.RecordBatchReader.from_batches(self.schema, self._batches())
+
+    def _batches(self) -> Iterator[Any]:
+        while True:
+            try:
+                batch = self._reader.read_next_batch()
+            except StopIteration:
+                return
+            except Exception as exc:
+                self.failure = self._table._rows_failed(exc, "the rows were read")
+                raise self.failure from None
+            columns = [_normalized(array) for array in batch.columns]
+            for name, array in zip(self.schema.names, columns, strict=True):
+                bad = _invalid_text(array)
+                if bad is not None:
+                    self.failure = SourceFailed(f"column '{name}' holds text that is not valid UTF-8, the first in "
+                                                f"row {self.rows + bad + 1} as read")
+                    raise self.failure
+            self.rows += batch.num_rows
+            yield pa.RecordBatch.from_arrays(columns, schema=self.schema)
+
+
+def _normalized_type(arrow: Any) -> Any:
+    """The type a column's values are handed to DuckDB as: an extension type (PostgreSQL's NUMERIC, as text; a
+    UUID; JSON) as its storage, and a time-zoned timestamp (TIMESTAMPTZ) as its UTC time: DuckDB would otherwise
+    read it as TIMESTAMP WITH TIME ZONE and turn it into a timestamp in its session's time zone."""
+    if isinstance(arrow, pa.ExtensionType):
+        arrow = arrow.storage_type
+    if pa.types.is_timestamp(arrow) and arrow.tz is not None:
+        return pa.timestamp(arrow.unit)
+    return arrow
+
+
+def _normalized(array: Any) -> Any:
+    if isinstance(array, pa.ExtensionArray):
+        array = array.storage
+    wanted = _normalized_type(array.type)
+    return array.cast(wanted) if wanted != array.type else array
+
+
+def _invalid_text(array: Any) -> int | None:
+    """The index of the first value of a text array that is not valid UTF-8 (None: all are)."""
+    if not (pa.types.is_string(array.type) or pa.types.is_large_string(array.type)):
+        return None
+    try:
+        array.validate(full=True)
+        return None
+    except pa.ArrowInvalid:
+        pass
+    binary = array.cast(pa.large_binary() if pa.types.is_large_string(array.type) else pa.binary())
+    for index, value in enumerate(binary.to_pylist()):
+        if value is not None:
+            try:
+                value.decode("utf-8")
+            except UnicodeDecodeError:
+                return index
+    return 0
+
+
+# Which Arrow types a declared type reads (then cast by DuckDB, every value checked as for files): text reads any
+# scalar but binary; the others what holds their values, or text (NUMERIC arrives as text, checked value by value).
+def readable(arrow: Any, declared: ColumnType) -> bool:
+    t = pa.types
+    number = t.is_integer(arrow) or t.is_floating(arrow) or t.is_decimal(arrow)
+    text = t.is_string(arrow) or t.is_large_string(arrow)
+    if declared is ColumnType.TEXT:
+        return text or number or t.is_boolean(arrow) or t.is_date(arrow) or t.is_timestamp(arrow)
+    if declared in (ColumnType.INT, ColumnType.FLOAT):
+        return number or text
+    if declared is ColumnType.BOOL:
+        return t.is_boolean(arrow) or text
+    if declared is ColumnType.DATE:
+        return t.is_date(arrow) or t.is_timestamp(arrow) or text
+    return t.is_timestamp(arrow) or t.is_date(arrow) or text
+
+
+def _sql_literal(value: Any) -> str:
+    if isinstance(value, bool | int | float):
+        return repr(value)
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def versions_now(policy: Policy) -> dict[str, bytes]:
+    """Each database source's version now, by table name: whether a prepared store is still for the data
+    (engines/store.py). A build reads them again, in the snapshot of its rows."""
+    found = {}
+    for table in policy.tables.values():
+        if table.source.kind != "database":
+            continue
+        try:
+            with DatabaseTable(table.source) as database:
+                columns = database.columns()
+                found[table.name] = database.version({name: columns[name] for name in table.columns
+                                                      if name in columns}).encode()
+        except SourceFailed as exc:
+            raise PolicyError(f"policy {policy.path.name}: table '{table.name}', key 'source': {table.source.shown}: "
+                              f"{exc}") from None
+    return found
