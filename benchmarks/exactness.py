@@ -95,7 +95,12 @@ def write_data(folder: Path, seed: int, people: int = 300) -> Path:
                      "columns": PATIENTS},
         "depts": {"source": "depts.csv", "public": True, "columns": DEPTS},
     }
-    return create_ledger(write_policy(folder / "policy.toml", tables, BUDGET.keys()))
+    policy = write_policy(folder / "policy.toml", tables, BUDGET.keys())
+    # What is compared is the answer, not the time: a ROLLUP over partition-selected keys with m = 5 is over the
+    # default per-person work bound (ten candidate groups of one person: analysis/person_work.py), so the steward's
+    # bound is raised here.
+    policy.write_text(policy.read_text() + "\n[engine]\nmax_person_slowdown = 0.5\n")
+    return create_ledger(policy)
 
 
 def plain_duckdb(folder: Path) -> duckdb.DuckDBPyConnection:

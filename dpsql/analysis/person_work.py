@@ -40,11 +40,11 @@ QUERY_FLOOR = 500_000
 ROW = 4  # one row through one stage of the bounded query (measured: 2-8 ns per row and stage)
 JOIN = 8  # one row a join outputs (measured: 7-9 ns per joined row)
 DRAW = 2_500  # one noise draw in Python (measured: about 5 us)
-# A candidate group of partition selection: its group in the engine and its row fetched (about 10 us), its
-# selection count's noise and its cells in Python (about 9 us): measured 18-20 us a group (benchmarks/attacks/
-# person_timing.py --bound 1, "candidate groups", where the earlier 3,000 units let 15 groups of one person tell
-# the secret in 42 of 48 rounds).
-CANDIDATE = 9_000
+# A candidate group of partition selection: its selection count's noise and its cells in Python (about 8 us a
+# group, measured over 10,000), its group in the engine and its row fetched (1-3 us): about 10 us, 5,000 units.
+# (At 3,000, fifteen groups of one person told the secret in 42 of 48 rounds at the bound, counting DuckDB's fixed
+# cost of a vector flowing: benchmarks/attacks/person_timing.py --bound 1, "candidate groups".)
+CANDIDATE = 5_000
 # One row the filtered cap ranks past the lists (its window: a sort and a running count per person), measured
 # about 200 ns a row by benchmarks/attacks/person_work.py (its "cheap filter, long look-ahead").
 WINDOW = 100

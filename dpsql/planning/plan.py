@@ -11,6 +11,7 @@ query, so one unit moves the vector of counts by at most m in L1 (and in L2), an
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Iterator
@@ -85,7 +86,7 @@ class QueryPlan:
         """The contribution bound: how many rows one unit may have in the query."""
         return self.query.table.bound.max_rows
 
-    @property
+    @functools.cached_property  # read for every candidate group by release (plan.selected)
     def domains(self) -> tuple[tuple, ...] | None:
         """The public values of every key when all keys have them: then every combination is a released group."""
         return public_domains(self.query)
