@@ -127,3 +127,41 @@ class LocalPostgres:
         with self.connect() as con:
             con.execute(f'CREATE DATABASE "{name}" ENCODING \'{encoding}\' TEMPLATE template0 LC_COLLATE \'C\' '
                         "LC_CTYPE 'C'")
+
+
+# The PostgreSQL type each declared type is stored as when a policy's CSV files are loaded (`serve_from_postgres`).
+PG_TYPES = {"int": "bigint", "float": "double precision", "text": "text", "bool": "boolean", "date": "date",
+            "timestamp": "timestamp"}
+
+
+def serve_from_postgres(server: LocalPostgres, database: str, policy: Path, target: Path,
+                        types: dict[str, str] | None = None) -> Path:
+    """Load each CSV table of `policy` into `database` (created) and write `target`: the same policy, each table's
+    source now that PostgreSQL table (no password in it: PGPASSWORD gives it). `types` overrides the PostgreSQL
+    type of a column (`"visits.cost": "numeric(10, 2)"`)."""
+    import csv
+    import re
+
+    from dpsql.policy import load_policy
+
+    loaded = load_policy(policy)
+    server.create_database(database)
+    with server.connect(database) as con:
+        for table in loaded.tables.values():
+            columns = ", ".join(f'"{name}" {(types or {}).get(f"{table.name}.{name}", PG_TYPES[column.type.value])}'
+                                for name, column in table.columns.items())
+            con.execute(f'CREATE TABLE "{table.name}" ({columns})')
+            with open(table.source.pattern, newline="") as header:
+                order = ", ".join(f'"{name.strip().lower()}"' for name in next(csv.reader(header)))
+            with open(table.source.pattern, "rb") as data, con.cursor().copy(
+                    f'COPY "{table.name}" ({order}) FROM STDIN WITH (FORMAT csv, HEADER true)') as copy:
+                while chunk := data.read(1 << 20):
+                    copy.write(chunk)
+    text = policy.read_text()
+    for table in loaded.tables.values():
+        uri = server.uri(database)
+        text, count = re.subn(rf'(?m)^(\[tables\.{table.name}\]\s*\nsource = )"[^"]*"',
+                              rf'\1{{ uri = "{uri}", table = "{table.name}" }}', text)
+        assert count == 1, f"table {table.name}: its source line is not right below its header"
+    target.write_text(text)
+    return target

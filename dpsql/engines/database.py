@@ -319,7 +319,7 @@ def _normalized_type(arrow: Any) -> Any:
     """The type a column's values are handed to DuckDB as: an extension type (PostgreSQL's NUMERIC, as text; a
     UUID; JSON) as its storage, and a time-zoned timestamp (TIMESTAMPTZ) as its UTC time: DuckDB would otherwise
     read it as TIMESTAMP WITH TIME ZONE and turn it into a timestamp in its session's time zone."""
-    if isinstance(arrow, pa.ExtensionType):
+    if isinstance(arrow, pa.BaseExtensionType):
         arrow = arrow.storage_type
     if pa.types.is_timestamp(arrow) and arrow.tz is not None:
         return pa.timestamp(arrow.unit)
@@ -327,7 +327,7 @@ def _normalized_type(arrow: Any) -> Any:
 
 
 def _normalized(array: Any) -> Any:
-    if isinstance(array, pa.ExtensionArray):
+    if isinstance(array.type, pa.BaseExtensionType):
         array = array.storage
     wanted = _normalized_type(array.type)
     return array.cast(wanted) if wanted != array.type else array

@@ -1,0 +1,396 @@
+"""Database sources (engines/database.py) against a real PostgreSQL server (tests/conftest.py's `postgres`: the
+system's binaries on a free local port, password authentication) and SQLite files.
+
+Each test loads its data into a database of its own, points a policy at it and checks what the steward and the
+analyst see: the same answers as from the CSV files, the same checks of the declared types, credentials that never
+show, a store that follows the data's version, and a source that fails mid-load.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.postgres import PASSWORD, serve_from_postgres
+from benchmarks.support import create_ledger, open_session, write_csv, write_policy
+from dpsql.dp.fixedpoint import fixed_point
+from dpsql.engines import database
+from dpsql.engines.duckdb_engine import DuckDBEngine
+from dpsql.errors import PolicyError
+from dpsql.policy import load_policy
+from dpsql.sql import names
+from tests.conftest import ROOT, SAMPLE, copy_visits_data
+
+_COUNTER = iter(range(1_000_000))
+
+
+def _database(server, encoding: str = "UTF8") -> str:
+    """A fresh database on the server (the tests of one process share it)."""
+    name = f"t{next(_COUNTER)}"
+    server.create_database(name, encoding)
+    return name
+
+
+def _policy(folder: Path, uri: str, columns: dict, source: dict | None = None, store: bool = False,
+            **table) -> Path:
+    spec = {"source": {"uri": uri, "table": "t", **(source or {})}, "privacy_unit": "pid", "max_rows_per_unit": 2,
+            "columns": columns, **table}
+    path = write_policy(folder / "p.toml", {"t": spec})
+    if store:
+        path.write_text(path.read_text() + "\n[engine]\nstore = true\n")
+    return path
+
+
+def _units(engine: DuckDBEngine) -> list[tuple]:
+    """The prepared table's rows as loaded (declared columns), in a fixed order."""
+    return engine.run(f"SELECT COLUMNS(lambda c: NOT starts_with(c, '__dp_')) FROM {names.prepared_table('t')} "
+                      "ORDER BY ALL")
+
+
+# --- the README's sample, served from PostgreSQL ---------------------------------------------------------------
+
+def _readme_queries() -> list[str]:
+    """Every query the README shows: in quotes (commands, Python), in SQL blocks, and inline in backticks."""
+    text = (ROOT / "README.md").read_text()
+    found = [m.group(1) or m.group(2) for m in re.finditer(r'"(SELECT\b[^"]+)"|\'(SELECT\b[^\']+)\'', text)]
+    found += re.findall(r"```sql\n(.*?)```", text, re.DOTALL)
+    found += re.findall(r"`(SELECT\b[^`]+)`", text)
+    return list(dict.fromkeys(" ".join(query.split()) for query in found))
+
+
+def _outcome(policy: Path, query: str) -> tuple:
+    session = open_session(policy, 11, bounding_seed=5)
+    try:
+        parameters = [30] if ("?" in query or "%s" in query) else None
+        result = session.execute(query.replace("%s", "?"), parameters)
+        return ("answer", [c.name for c in result.columns], result.rows, result.intervals)
+    except Exception as exc:  # a refusal: the same one from either source
+        return ("refused", type(exc).__name__, str(exc))
+    finally:
+        session.close()
+
+
+@pytest.mark.slow  # about 40 s: each README query run twice, from the CSV files and from PostgreSQL
+def test_every_readme_query_answers_the_same_from_postgresql_as_from_the_csv_files(pg_password, tmp_path) -> None:
+    """The Done-when of issue 33: the sample data loaded into PostgreSQL (cost as NUMERIC(10, 2), read as text and
+    cast as the CSV's is), the policy pointed at it, and every README query gives the same answer, noise, intervals
+    (same seeds) or the same refusal, as from the CSV files."""
+    csv_folder, pg_folder = tmp_path / "csv", tmp_path / "pg"
+    csv_folder.mkdir()
+    pg_folder.mkdir()
+    copy_visits_data(csv_folder)
+    (csv_folder / "visits.toml").write_text((SAMPLE / "visits.toml").read_text())
+    from_csv = create_ledger(csv_folder / "visits.toml")
+    from_pg = create_ledger(serve_from_postgres(pg_password, f"t{next(_COUNTER)}", from_csv,
+                                                pg_folder / "visits.toml", {"visits.cost": "numeric(10, 2)"}))
+    assert "postgresql://" in from_pg.read_text() and PASSWORD not in from_pg.read_text()
+    queries = _readme_queries()
+    answered = 0
+    for query in queries:
+        expected = _outcome(from_csv, query)
+        assert _outcome(from_pg, query) == expected, query
+        answered += expected[0] == "answer"
+    assert answered >= 10, f"only {answered} of {len(queries)} README queries were answered"
+
+
+# --- types from the source ----------------------------------------------------------------------------------------
+
+_TYPES_TABLE = """CREATE TABLE t (pid int NOT NULL, whole numeric, money numeric(12, 2), seen timestamptz,
+                                  day date, note text, flag boolean, score real, blob bytea)"""
+_TYPES_ROWS = """INSERT INTO t VALUES
+    (1, 10, 12.50, '2024-01-02 10:00:00+02', '2024-01-02', 'héllo', true, 1.5, '\\x00'),
+    (1, 11, 'NaN', NULL, NULL, NULL, NULL, 'NaN', NULL),
+    (2, 12, 99999.99, '2024-06-30 23:30:00-05', '2024-06-30', 'x', false, 'Infinity', NULL),
+    (3, NULL, -5, '2024-03-01 00:00:00+00', '2024-03-01', 'y', NULL, -2, NULL)"""
+_TYPES_COLUMNS = {"pid": {"type": "int"}, "whole": {"type": "int", "lower": 0, "upper": 20},
+                  "money": {"type": "float", "lower": 0, "upper": 1000}, "seen": {"type": "timestamp"},
+                  "day": {"type": "date"}, "note": {"type": "text"}, "flag": {"type": "bool"},
+                  "score": {"type": "float", "lower": -1, "upper": 1}}
+
+
+def _typed_table(server, statements: tuple[str, ...] = (_TYPES_TABLE, _TYPES_ROWS)) -> str:
+    name = _database(server)
+    with server.connect(name) as con:
+        for statement in statements:
+            con.execute(statement)
+    return name
+
+
+def test_postgresql_types_load_as_declared(pg_password, tmp_path) -> None:
+    """NUMERIC (arriving as text) read as int when whole and as float (NaN: NULL, beyond the bounds: clamped at
+    query time as any value), TIMESTAMPTZ as its UTC time, whatever the session's zone, NULLs kept."""
+    name = _typed_table(pg_password)
+    engine_policy = _policy(tmp_path, pg_password.uri(name), _TYPES_COLUMNS)
+    engine = DuckDBEngine(load_policy(engine_policy), bounding_seed=1)
+    try:
+        assert _units(engine) == [  # dates and timestamps fetched as DuckDB's text (sql/lossless.py)
+            (1, 10, 12.5, "2024-01-02 08:00:00", "2024-01-02", "héllo", True, 1.5),
+            (1, 11, None, None, None, None, None, None),
+            (2, 12, 99999.99, "2024-07-01 04:30:00", "2024-06-30", "x", False, float("inf")),
+            (3, None, -5.0, "2024-03-01 00:00:00", "2024-03-01", "y", None, -2.0)]
+        # Out-of-bounds values are clamped as a file's are: the fixed-point copy of `money` holds 1000, not 99999.99.
+        grid = fixed_point(load_policy(engine_policy).tables["t"].columns["money"].interval)
+        clamped = engine.run(f"SELECT max({names.quantized_column('money')}) FROM {names.prepared_table('t')}")
+        assert clamped == [(round((1000 - grid.center_value) * 2**grid.exponent),)]
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize(("column", "declared", "row", "problem"), [
+    ("whole", {"type": "int"}, 2, "a number that is not an integer"),  # NUMERIC 10.5 read as int
+    ("whole", {"type": "int"}, 1, "not int"),  # NUMERIC beyond the 64-bit range
+    ("day", {"type": "date"}, 2, "a time of day"),  # a timestamp declared date
+])
+def test_a_source_value_not_of_its_declared_type_fails_naming_column_and_row_never_the_value(
+        pg_password, tmp_path, column, declared, row, problem) -> None:
+    secret = {("whole", 2): "10.5", ("whole", 1): "123456789012345678901234"}.get((column, row), "2024-01-02 10:00")
+    first = f"(1, {secret}, '2024-01-01')" if row == 1 else "(1, 1, '2024-01-01')"
+    second = f"(2, {secret if column == 'whole' else 2}, '{secret if column == 'day' else '2024-01-01'}')"
+    name = _typed_table(pg_password, ("CREATE TABLE t (pid int, whole numeric, day timestamp)",
+                                      f"INSERT INTO t VALUES {first}, {second}"))
+    policy = _policy(tmp_path, pg_password.uri(name), {"pid": {"type": "int"}, column: declared})
+    with pytest.raises(PolicyError) as failure:
+        DuckDBEngine(load_policy(policy), bounding_seed=1)
+    message = str(failure.value)
+    assert "table 't', key '" in message and column in message and f"row {row}" in message, message
+    assert problem in message, message
+    assert secret not in message and secret.split(".")[0] not in message.replace(f"row {row}", ""), message
+
+
+def test_a_column_type_the_declared_type_cannot_read_is_named(pg_password, tmp_path) -> None:
+    name = _typed_table(pg_password)
+    policy = _policy(tmp_path, pg_password.uri(name), {"pid": {"type": "int"}, "blob": {"type": "text"}})
+    with pytest.raises(PolicyError, match=r"table 't', key 'columns.blob': is bytea in the source, which is not read "
+                                          r"as text"):
+        DuckDBEngine(load_policy(policy), bounding_seed=1)
+    policy = _policy(tmp_path, pg_password.uri(name), {"pid": {"type": "int"}, "gone": {"type": "text"}})
+    with pytest.raises(PolicyError, match=r"key 'columns.gone': the source has no column 'gone' \(it has: blob, "):
+        DuckDBEngine(load_policy(policy), bounding_seed=1)
+
+
+def test_text_that_is_not_utf8_fails_naming_column_and_row(pg_password, tmp_path) -> None:
+    """A SQL_ASCII database holds any bytes; DuckDB would refuse the whole copy without saying where."""
+    name = _database(pg_password, "SQL_ASCII")
+    with pg_password.connect(name) as con:
+        con.execute("CREATE TABLE t (pid int, note text)")
+        con.execute("INSERT INTO t VALUES (1, 'fine'), (2, 'also fine'), (3, E'secret \\xff value')")
+    policy = _policy(tmp_path, pg_password.uri(name), {"pid": {"type": "int"}, "note": {"type": "text"}})
+    with pytest.raises(PolicyError) as failure:
+        DuckDBEngine(load_policy(policy), bounding_seed=1)
+    assert re.search(r"table 't', key 'source': table t of postgresql://\S+: column 'note' holds text that is not "
+                     r"valid UTF-8, the first in row 3 as read$", str(failure.value)), str(failure.value)
+    assert "secret" not in str(failure.value)
+
+
+def test_nulls_in_a_column_declared_not_nullable_drop_their_rows_as_from_a_file(pg_password, tmp_path) -> None:
+    name = _typed_table(pg_password)
+    columns = {"pid": {"type": "int"}, "whole": {"type": "int", "nullable": False}}
+    engine = DuckDBEngine(load_policy(_policy(tmp_path, pg_password.uri(name), columns)), bounding_seed=1)
+    try:
+        assert _units(engine) == [(1, 10), (1, 11), (2, 12)]
+    finally:
+        engine.close()
+
+
+# --- credentials ----------------------------------------------------------------------------------------------------
+
+def test_a_password_in_the_policy_is_refused_without_being_shown(postgres, tmp_path) -> None:
+    for uri in (postgres.uri(password=True), f"{postgres.uri()}?password={PASSWORD}"):
+        with pytest.raises(PolicyError) as failure:
+            load_policy(_policy(tmp_path, uri, {"pid": {"type": "int"}}))
+        assert "holds a password" in str(failure.value) and PASSWORD not in str(failure.value)
+
+
+def test_a_wrong_or_missing_password_fails_without_showing_any_secret(postgres, tmp_path, monkeypatch) -> None:
+    name = _typed_table(postgres)
+    policy = _policy(tmp_path, postgres.uri(name), {"pid": {"type": "int"}})
+    monkeypatch.setenv("PGPASSWORD", "not-the-Pa55word")
+    monkeypatch.setenv("PGPASSFILE", str(tmp_path / "none"))
+    with pytest.raises(PolicyError, match="cannot connect to postgresql://steward@127.0.0.1:.*password "
+                                          "authentication failed") as failure:
+        DuckDBEngine(load_policy(policy), bounding_seed=1)
+    assert "not-the-Pa55word" not in str(failure.value) and PASSWORD not in str(failure.value)
+    # The whole URI, password included, from the environment: a wrong one is scrubbed from the message.
+    monkeypatch.delenv("PGPASSWORD")
+    monkeypatch.setenv("VISITS_DSN", postgres.uri(name).replace("steward@", "steward:Wrong-Pa55@"))
+    policy = write_policy(tmp_path / "env.toml", {"t": {"source": {"uri_env": "VISITS_DSN", "table": "t"},
+                                                        "privacy_unit": "pid", "max_rows_per_unit": 1,
+                                                        "columns": {"pid": {"type": "int"}}}})
+    with pytest.raises(PolicyError, match=r"source': table t of \$VISITS_DSN: cannot connect to "
+                                          r"postgresql://steward:\*\*\*@") as failure:
+        DuckDBEngine(load_policy(policy), bounding_seed=1)
+    assert "Wrong-Pa55" not in str(failure.value)
+    monkeypatch.setenv("VISITS_DSN", postgres.uri(name, password=True))
+    engine = DuckDBEngine(load_policy(policy), bounding_seed=1)
+    try:
+        assert _units(engine) == [(1,), (1,), (2,), (3,)]
+    finally:
+        engine.close()
+
+
+def test_the_password_never_appears_in_any_command_output(pg_password, tmp_path) -> None:
+    """The steward's and the analyst's commands, with the password in the environment (PGPASSWORD, and a URI in
+    uri_env), on success and on failure: no output holds it."""
+    name = _typed_table(pg_password)
+    policy = _policy(tmp_path, pg_password.uri(name), _TYPES_COLUMNS, store=True)
+    (tmp_path / "broken").mkdir()
+    broken = _policy(tmp_path / "broken", pg_password.uri(name).replace("/" + name, "/nosuchdb"),
+                     {"pid": {"type": "int"}}, store=True)
+    env = {"PATH": str(Path(sys.executable).parent), "PGPASSWORD": PASSWORD, "HOME": str(tmp_path),
+           "VISITS_DSN": pg_password.uri(name, password=True)}
+    commands = [["budget", "--init", "--policy", str(policy)], ["policy", "check", str(policy)],
+                ["prepare", "--policy", str(policy)],
+                ["query", "SELECT COUNT(*) FROM t", "--policy", str(policy), "--ci"],
+                ["explain", "SELECT AVG(money) FROM t", "--policy", str(policy)],
+                ["policy", "check", str(broken)], ["prepare", "--policy", str(broken)]]
+    outputs = []
+    for command in commands:
+        done = subprocess.run([sys.executable, "-m", "dpsql", *command], capture_output=True, text=True, env=env,
+                              cwd=tmp_path)
+        outputs.append((done.returncode, done.stdout + done.stderr))
+    assert [code for code, _ in outputs] == [0, 0, 0, 0, 0, 1, 1], outputs
+    assert 'database "nosuchdb" does not exist' in outputs[-1][1]
+    for _, text in outputs:
+        assert PASSWORD not in text
+
+
+# --- freshness --------------------------------------------------------------------------------------------------------
+
+def _visits_table(server, rows: int = 50) -> str:
+    name = _database(server)
+    with server.connect(name) as con:
+        con.execute("CREATE TABLE t (id bigserial, pid int, v int, updated_at timestamptz DEFAULT now())")
+        con.execute(f"INSERT INTO t (pid, v) SELECT g % 17, g % 10 FROM generate_series(1, {rows}) g")
+    return name
+
+
+_VISITS = {"id": {"type": "int"}, "pid": {"type": "int"}, "v": {"type": "int", "lower": 0, "upper": 9}}
+
+
+@pytest.mark.parametrize("version", [None, "SELECT max(updated_at), count(*) FROM t"])
+def test_a_store_is_rebuilt_when_the_table_changes_and_cached_answers_are_not_returned(
+        pg_password, tmp_path, version) -> None:
+    """By default the version is the rows' count and checksum; a steward may declare a version query. Either way
+    the store built for the old rows is not used for the new ones, nor the answer released about them."""
+    name = _visits_table(pg_password)
+    policy = _policy(tmp_path, pg_password.uri(name), _VISITS, {"version": version} if version else None, store=True)
+    create_ledger(policy)
+    first = DuckDBEngine(load_policy(policy), bounding_seed=1)
+    again = DuckDBEngine(load_policy(policy), bounding_seed=1)
+    assert first.store_built and not again.store_built and first.data_version == again.data_version
+    first.close()
+    again.close()
+    with pg_password.connect(name) as con:
+        con.execute("UPDATE t SET v = 9, updated_at = now() WHERE id = 3")  # one value: the row count is the same
+    changed = DuckDBEngine(load_policy(policy), bounding_seed=1)
+    try:
+        assert changed.store_built and changed.data_version != first.data_version
+        assert changed.run(f"SELECT v FROM {names.prepared_table('t')} WHERE id = 3") == [(9,)]
+    finally:
+        changed.close()
+
+
+def test_the_version_and_the_rows_come_from_one_snapshot(pg_password, tmp_path, monkeypatch) -> None:
+    """A row committed between the build's version read and its rows read is not in the rows: the store's label
+    (and its engine's data version, which answers are kept under) is the version of the very rows it holds
+    (REPEATABLE READ). Without the snapshot the rows held the new row under the old version."""
+    name = _visits_table(pg_password)
+    policy = _policy(tmp_path, pg_password.uri(name), _VISITS, store=True)
+    read_version = database.DatabaseTable.version
+    calls = []
+
+    def version_then_insert(self, columns):
+        found = read_version(self, columns)
+        calls.append(found)
+        if len(calls) == 2:  # the build's own read (the first is the check whether the store is still for the data)
+            with pg_password.connect(name) as con:
+                con.execute("INSERT INTO t (pid, v) VALUES (99, 1)")
+        return found
+
+    monkeypatch.setattr(database.DatabaseTable, "version", version_then_insert)
+    engine = DuckDBEngine(load_policy(policy), bounding_seed=1)
+    try:
+        assert engine.store_built and calls[0] == calls[1]
+        assert engine.run(f"SELECT count(*) FROM {names.prepared_table('t')} WHERE pid = 99") == [(0,)]
+    finally:
+        engine.close()
+    monkeypatch.setattr(database.DatabaseTable, "version", read_version)
+    later = DuckDBEngine(load_policy(policy), bounding_seed=1)
+    try:
+        assert later.store_built and later.data_version != engine.data_version
+        assert later.run(f"SELECT count(*) FROM {names.prepared_table('t')} WHERE pid = 99") == [(1,)]
+    finally:
+        later.close()
+
+
+def test_a_source_that_goes_away_mid_load_fails_and_leaves_no_store(pg_password, tmp_path, monkeypatch) -> None:
+    name = _visits_table(pg_password, rows=200_000)
+    policy = _policy(tmp_path, pg_password.uri(name), _VISITS, store=True)
+    monkeypatch.setattr(database, "BATCH_BYTES", 64 << 10)  # many batches: the connection dies between two
+    batches = database.RowStream._batches
+
+    def dying(self):
+        for number, batch in enumerate(batches(self)):
+            if number == 1:
+                with pg_password.connect(name) as con:
+                    con.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND "
+                                "pid <> pg_backend_pid()", [name])
+            yield batch
+
+    monkeypatch.setattr(database.RowStream, "_batches", dying)
+    with pytest.raises(PolicyError, match=r"table 't', key 'source': table t of postgresql://\S+: the database "
+                                          r"failed while the rows were read"):
+        DuckDBEngine(load_policy(policy), bounding_seed=1)
+    assert sorted(p.name for p in tmp_path.iterdir() if ".store" in p.name) == []
+
+
+# --- SQLite ------------------------------------------------------------------------------------------------------
+
+def test_a_sqlite_table_loads_as_its_csv_twin_and_its_file_versions_it(tmp_path) -> None:
+    rows = [(pid, pid % 5, f"n{pid % 3}") for pid in range(1, 40)]
+    columns = {"pid": {"type": "int"}, "v": {"type": "int", "lower": 0, "upper": 4}, "note": {"type": "text"}}
+    write_csv(tmp_path / "t.csv", ["pid", "v", "note"], rows)
+    from_csv = write_policy(tmp_path / "csv.toml", {"t": {"source": "t.csv", "privacy_unit": "pid",
+                                                          "max_rows_per_unit": 1, "columns": columns}})
+    with sqlite3.connect(tmp_path / "t.sqlite") as con:
+        con.execute("CREATE TABLE t (pid INTEGER, v INTEGER, note TEXT)")
+        con.executemany("INSERT INTO t VALUES (?, ?, ?)", rows)
+    from_sqlite = _policy(tmp_path, "sqlite:t.sqlite", columns, max_rows_per_unit=1)
+    csv_engine = DuckDBEngine(load_policy(from_csv), bounding_seed=2)
+    sqlite_engine = DuckDBEngine(load_policy(from_sqlite), bounding_seed=2)
+    try:
+        assert _units(sqlite_engine) == _units(csv_engine)
+        assert "sqlite://" + str(tmp_path / "t.sqlite") == load_policy(from_sqlite).tables["t"].source.pattern
+    finally:
+        csv_engine.close()
+        sqlite_engine.close()
+    with sqlite3.connect(tmp_path / "t.sqlite") as con:
+        con.execute("UPDATE t SET v = 4 WHERE pid = 1")
+    changed = DuckDBEngine(load_policy(from_sqlite), bounding_seed=2)
+    try:
+        assert changed.data_version != sqlite_engine.data_version
+    finally:
+        changed.close()
+
+
+# --- a million rows ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.slow  # about 10 s: a million rows into PostgreSQL, then through ADBC into the store
+def test_a_million_rows_are_prepared_from_postgresql(pg_password, tmp_path) -> None:
+    name = _visits_table(pg_password, rows=1_000_000)
+    policy = _policy(tmp_path, pg_password.uri(name), _VISITS, store=True)
+    create_ledger(policy)
+    session = open_session(policy, 3, bounding_seed=4)
+    try:
+        assert session.engine.store_built
+        assert session.engine.run(f"SELECT count(*), count(DISTINCT pid) FROM {names.prepared_table('t')}") == \
+            [(1_000_000, 17)]
+        result = session.execute("SELECT COUNT(*) FROM t")
+        assert result.rows[0][0] == pytest.approx(34, abs=result.intervals[0][0][1] - result.rows[0][0])
+    finally:
+        session.close()
