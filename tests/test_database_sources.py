@@ -9,6 +9,7 @@ show, a store that follows the data's version, and a source that fails mid-load.
 from __future__ import annotations
 
 import re
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -259,6 +260,92 @@ def test_the_password_never_appears_in_any_command_output(pg_password, tmp_path)
         assert PASSWORD not in text
 
 
+def _prepare(policy: Path, env: dict[str, str], cwd: Path) -> tuple[int, str]:
+    """`dpsql prepare` as the steward runs it: its return code and everything it printed."""
+    done = subprocess.run([sys.executable, "-m", "dpsql", "prepare", "--policy", str(policy)], capture_output=True,
+                          text=True, env={"PATH": str(Path(sys.executable).parent), "HOME": str(cwd), **env}, cwd=cwd)
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_credentials_come_from_pgpass_or_a_service_file(postgres, tmp_path, monkeypatch) -> None:
+    """No PGPASSWORD: libpq finds the password in ~/.pgpass (PGPASSFILE) or in a service file (PGSERVICEFILE, the
+    policy's URI naming only the service)."""
+    name = _typed_table(postgres)
+    monkeypatch.delenv("PGPASSWORD", raising=False)
+    pgpass = tmp_path / "pgpass"
+    pgpass.write_text(f"127.0.0.1:{postgres.port}:*:steward:{PASSWORD}\n")
+    pgpass.chmod(0o600)
+    monkeypatch.setenv("PGPASSFILE", str(pgpass))
+    engine = DuckDBEngine(load_policy(_policy(tmp_path, postgres.uri(name), {"pid": {"type": "int"}})), bounding_seed=1)
+    try:
+        assert _units(engine) == [(1,), (1,), (2,), (3,)]
+    finally:
+        engine.close()
+    monkeypatch.setenv("PGPASSFILE", str(tmp_path / "none"))
+    services = tmp_path / "services"
+    services.write_text(f"[visits]\nhost=127.0.0.1\nport={postgres.port}\ndbname={name}\nuser=steward\n"
+                        f"password={PASSWORD}\n")
+    monkeypatch.setenv("PGSERVICEFILE", str(services))
+    engine = DuckDBEngine(load_policy(_policy(tmp_path, "postgresql:///?service=visits", {"pid": {"type": "int"}})),
+                          bounding_seed=1)
+    try:
+        assert _units(engine) == [(1,), (1,), (2,), (3,)]
+    finally:
+        engine.close()
+
+
+# Each way a prepare can fail, the secret the steward's environment holds, and what the message must say instead.
+_FAILURES = {
+    "wrong PGPASSWORD": ({"PGPASSWORD": "Wrong-Pa55word-1"}, "{uri}", "password authentication failed"),
+    "wrong password in uri_env": ({"DSN": "{uri_with:Wrong-Pa55word-2}"}, "$DSN",
+                                  "cannot connect to postgresql://steward:***@"),
+    "wrong password in .pgpass": ({"PGPASSFILE": "{pgpass:Wrong-Pa55word-3}"}, "{uri}",
+                                  "password authentication failed"),
+    "wrong password in a service file": ({"PGSERVICEFILE": "{services:Wrong-Pa55word-4}"},
+                                         "postgresql:///?service=visits", "password authentication failed"),
+    "host down": ({"DSN": "{down_with:" + PASSWORD + "}"}, "$DSN", "cannot connect to postgresql://steward:***@"),
+    "no such table": ({"PGPASSWORD": PASSWORD}, "{uri}#nosuch", 'relation "nosuch" does not exist'),
+    "a version query that fails": ({"PGPASSWORD": PASSWORD}, "{uri}#version",
+                                   "the database failed while its version was read (SQLSTATE 42703"),
+}
+
+
+@pytest.mark.parametrize("failure", list(_FAILURES))
+def test_every_failure_to_read_a_source_names_its_cause_and_never_a_secret(postgres, tmp_path, failure) -> None:
+    """Each failing `dpsql prepare`: a clear message naming the table and the cause, no traceback, and neither the
+    wrong password the steward gave nor the server's real one anywhere in its output."""
+    name = _typed_table(postgres)
+    environment, uri, expected = _FAILURES[failure]
+    secret = re.search(r"(Wrong-Pa55word-\d|" + re.escape(PASSWORD) + ")", str(environment))
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        down = probe.getsockname()[1]
+    (tmp_path / "pgpass").write_text(f"127.0.0.1:{postgres.port}:*:steward:Wrong-Pa55word-3\n")
+    (tmp_path / "pgpass").chmod(0o600)
+    (tmp_path / "services").write_text(f"[visits]\nhost=127.0.0.1\nport={postgres.port}\ndbname={name}\n"
+                                       "user=steward\npassword=Wrong-Pa55word-4\n")
+    values = {"{uri_with:Wrong-Pa55word-2}": postgres.uri(name).replace("steward@", "steward:Wrong-Pa55word-2@"),
+              "{pgpass:Wrong-Pa55word-3}": str(tmp_path / "pgpass"),
+              "{services:Wrong-Pa55word-4}": str(tmp_path / "services"),
+              "{down_with:" + PASSWORD + "}": postgres.uri(name, password=True).replace(f":{postgres.port}/",
+                                                                                     f":{down}/")}
+    env = {key: values.get(value, value) for key, value in environment.items()}
+    source: dict = {"table": "t"}
+    base = uri.split("#")[0].replace("{uri}", postgres.uri(name))
+    if uri.endswith("#nosuch"):
+        source["table"] = "nosuch"
+    if uri.endswith("#version"):
+        source["version"] = "SELECT max(no_such_column) FROM t"
+    source.update({"uri_env": base[1:]} if base.startswith("$") else {"uri": base})
+    policy = write_policy(tmp_path / "p.toml", {"t": {"source": source, "privacy_unit": "pid", "max_rows_per_unit": 2,
+                                                      "columns": {"pid": {"type": "int"}}}})
+    policy.write_text(policy.read_text() + "\n[engine]\nstore = true\n")
+    code, output = _prepare(policy, env, tmp_path)
+    assert code == 1 and expected in output and "key 'source'" in output, output
+    assert "Traceback" not in output and secret is not None
+    assert secret.group(1) not in output and PASSWORD not in output, output
+
+
 # --- freshness --------------------------------------------------------------------------------------------------------
 
 def _visits_table(server, rows: int = 50) -> str:
@@ -349,6 +436,37 @@ def test_a_source_that_goes_away_mid_load_fails_and_leaves_no_store(pg_password,
     assert sorted(p.name for p in tmp_path.iterdir() if ".store" in p.name) == []
 
 
+def test_an_answer_released_about_older_rows_is_never_returned_for_newer_rows(pg_password, tmp_path) -> None:
+    """The server's kept answers (store/answers.py) are keyed on the data's version: asked again on the same rows the
+    answer is free; once the table changed, the same question is a new one, answered from the new rows and
+    charged."""
+    from dpsql.dp.noise import InsecureSeededRandomForTests
+    from dpsql.session import PrivateSession
+    from dpsql.store.answers import AnswerStore
+
+    name = _visits_table(pg_password)
+    policy = create_ledger(_policy(tmp_path, pg_password.uri(name), _VISITS, store=True))
+
+    def ask(seed: int):
+        loaded = load_policy(policy)
+        session = PrivateSession(loaded, "alice", rng=InsecureSeededRandomForTests(seed),
+                                 answers=AnswerStore(loaded.answers))
+        try:
+            return session.execute("SELECT COUNT(*) FROM t"), session.engine.store_built
+        finally:
+            session.close()
+
+    first, built = ask(1)
+    again, rebuilt = ask(2)
+    assert built and not rebuilt and again.cached_at is not None and again.rows == first.rows
+    with pg_password.connect(name) as con:
+        con.execute("INSERT INTO t (pid, v) SELECT 1000 + g, 1 FROM generate_series(1, 5000) g")
+    fresh, built = ask(3)
+    assert built and fresh.cached_at is None and fresh.cost.epsilon > 0
+    # 50 rows before, 5,050 now: the noise (its 95% interval) is far smaller than the 5,000 rows added.
+    assert fresh.rows[0][0] - first.rows[0][0] > 5000 - 2 * (fresh.intervals[0][0][1] - fresh.rows[0][0])
+
+
 # --- SQLite ------------------------------------------------------------------------------------------------------
 
 def test_a_sqlite_table_loads_as_its_csv_twin_and_its_file_versions_it(tmp_path) -> None:
@@ -376,6 +494,63 @@ def test_a_sqlite_table_loads_as_its_csv_twin_and_its_file_versions_it(tmp_path)
         assert changed.data_version != sqlite_engine.data_version
     finally:
         changed.close()
+
+
+def _sqlite_write(path: Path, *statements: str) -> None:
+    """Statements run on a SQLite file by another process, as a steward's application would: in this one Python's
+    sqlite3 and the ADBC driver's own SQLite would share the process's file locks, and a close by one drops the
+    other's (SQLite's documented hazard of two copies in one process)."""
+    script = "import sqlite3, sys\ncon = sqlite3.connect(sys.argv[1])\nfor s in sys.argv[2:]:\n    con.execute(s)\n" \
+             "con.commit()\ncon.close()\n"
+    subprocess.run([sys.executable, "-c", script, str(path), *statements], check=True)
+
+
+def test_a_sqlite_file_changed_as_it_is_read_is_read_again_next_time(tmp_path, monkeypatch) -> None:
+    """A SQLite source is versioned by its file's fingerprint, taken before its snapshot begins: a write that lands
+    after the snapshot began (in WAL mode readers do not block it) gives a new version next time, and the store
+    built from the older rows is not used for it. Taken after, the older rows were labelled with the newer version."""
+    path = tmp_path / "t.sqlite"
+    _sqlite_write(path, "PRAGMA journal_mode = WAL", "CREATE TABLE t (pid INTEGER, v INTEGER)",
+                  "INSERT INTO t SELECT value, value % 3 FROM generate_series(1, 29)"
+                  if sqlite3.sqlite_version_info >= (3, 46) else
+                  "INSERT INTO t WITH RECURSIVE g(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM g WHERE x < 29) "
+                  "SELECT x, x % 3 FROM g")
+    policy = _policy(tmp_path, "sqlite:t.sqlite", {"pid": {"type": "int"}, "v": {"type": "int", "lower": 0,
+                                                                                 "upper": 2}}, store=True)
+    read_columns = database.DatabaseTable.columns
+    calls = []
+
+    def columns_then_write(self):
+        found = read_columns(self)
+        calls.append(1)
+        if len(calls) == 2:  # the build's read: its snapshot has begun
+            _sqlite_write(path, "INSERT INTO t VALUES (99, 1)")
+        return found
+
+    monkeypatch.setattr(database.DatabaseTable, "columns", columns_then_write)
+    # The steward's application keeps its connection open, as a live one does: the driver's close is then not the
+    # last one, which would checkpoint the WAL into the file (and so change the fingerprint anyway).
+    application = subprocess.Popen([sys.executable, "-c", "import sqlite3, sys\ncon = sqlite3.connect(sys.argv[1])\n"
+                                    "con.execute('SELECT count(*) FROM t').fetchall()\nprint('open', flush=True)\n"
+                                    "sys.stdin.read()\n", str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   text=True)
+    try:
+        assert application.stdout.readline() == "open\n"
+        engine = DuckDBEngine(load_policy(policy), bounding_seed=1)
+        try:  # the snapshot: the row written after it began is not in the rows
+            assert engine.store_built and \
+                engine.run(f"SELECT count(*) FROM {names.prepared_table('t')} WHERE pid = 99") == [(0,)]
+        finally:
+            engine.close()
+        monkeypatch.setattr(database.DatabaseTable, "columns", read_columns)
+        later = DuckDBEngine(load_policy(policy), bounding_seed=1)
+        try:
+            assert later.store_built and later.data_version != engine.data_version
+            assert later.run(f"SELECT count(*) FROM {names.prepared_table('t')} WHERE pid = 99") == [(1,)]
+        finally:
+            later.close()
+    finally:
+        application.communicate("")
 
 
 # --- a million rows ---------------------------------------------------------------------------------------------------

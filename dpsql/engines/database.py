@@ -104,12 +104,16 @@ class _Driver:
     def begin(self, cursor: Any) -> None:
         cursor.execute("BEGIN")
 
-    def default_version(self, rows_sql: str) -> str | None:
-        """The SQL of a source's default version over its rows' SELECT; None: versioned by the file (SQLite)."""
-        return None
+    def default_version(self, rows_sql: str) -> str:
+        """The SQL of a source's default version over its rows' SELECT (a file's is its fingerprint instead)."""
+        raise NotImplementedError
 
     def statement_options(self) -> dict[str, str]:
         return {}
+
+    def files_version(self, uri: str) -> str | None:
+        """The version of a database that is a file (its fingerprint, as a DuckDB file source's); None: a server."""
+        return None
 
     def quote(self, name: str) -> str:
         return '"' + name.replace('"', '""') + '"'
@@ -126,7 +130,7 @@ class _Postgres(_Driver):
     def begin(self, cursor: Any) -> None:
         cursor.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 
-    def default_version(self, rows_sql: str) -> str | None:
+    def default_version(self, rows_sql: str) -> str:
         # The count and the sum (as numeric: no overflow) of each row's md5, first 64 bits, over the rows as read.
         return ("SELECT count(*)::text || ' rows, ' || coalesce(sum(('x' || substr(md5(__dp_rows::text), 1, 16))"
                 f"::bit(64)::bigint::numeric), 0)::text FROM ({rows_sql}) AS __dp_rows")
@@ -142,6 +146,9 @@ class _Sqlite(_Driver):
         except ImportError:
             raise SourceFailed(f"the SQLite driver is not installed: {_INSTALL}") from None
         return driver.connect(sqlite_file(uri), autocommit=True)
+
+    def files_version(self, uri: str) -> str | None:
+        return "files " + b"".join(map(file_fingerprint, source_files("sqlite", sqlite_file(uri)))).hex()
 
 
 DRIVERS: Mapping[str, _Driver] = {"postgresql": _Postgres(), "postgres": _Postgres(), "sqlite": _Sqlite()}
@@ -167,8 +174,13 @@ class DatabaseTable:
         self.driver = driver
         self._con: Any = None
         self._cursor: Any = None
+        self._files_version: str | None = None
 
     def __enter__(self) -> DatabaseTable:
+        # A file's fingerprint is taken before its snapshot begins, as a file source's is before its load: a write
+        # in between gives a new version next time. Taken after, it could label the older rows with the newer
+        # version, and the store built from them would then look current.
+        self._files_version = self.driver.files_version(self.credentials.uri)
         try:
             self._con = self.driver.connect(self.credentials.uri)
             self._cursor = self._con.cursor()
@@ -222,24 +234,18 @@ class DatabaseTable:
             found.setdefault(field.name.lower(), SourceColumn(field.name, type_name, _normalized_type(field.type)))
         return found
 
-    def rows_sql(self, columns: Mapping[str, SourceColumn], after: Any = None) -> str:
-        """The SELECT of the declared columns (by lower-case name, each as the database spells it); `after`: only
-        the rows whose append key is greater."""
+    def rows_sql(self, columns: Mapping[str, SourceColumn]) -> str:
+        """The SELECT of the declared columns (by lower-case name, each as the database spells it)."""
         select = ", ".join(f"{self.driver.quote(column.name)} AS {self.driver.quote(name)}"
                            for name, column in columns.items())
-        where = ""
-        if after is not None:
-            assert self.source.append_key is not None
-            where = f" WHERE {self.driver.quote(columns[self.source.append_key].name)} > {_sql_literal(after)}"
-        return f"SELECT {select} FROM {self._from}{where}"
+        return f"SELECT {select} FROM {self._from}"
 
     def version(self, columns: Mapping[str, SourceColumn]) -> str:
         """The source's version in this snapshot: the steward's query's row, or the driver's default (None: the
         caller fingerprints the file)."""
+        if self.source.version is None and self._files_version is not None:
+            return self._files_version
         sql = self.source.version or self.driver.default_version(self.rows_sql(columns))
-        if sql is None:
-            files = source_files("sqlite", sqlite_file(self.credentials.uri))
-            return "files " + b"".join(file_fingerprint(name) for name in files).hex()
         try:
             self._cursor.execute(sql)
             rows = self._cursor.fetchall()
@@ -249,30 +255,11 @@ class DatabaseTable:
             raise SourceFailed(f"the version query returned {len(rows)} rows: it must return one")
         return f"{'query' if self.source.version else 'rows'} {rows[0]!r}"
 
-    def scalar(self, sql: str) -> Any:
-        try:
-            self._cursor.execute(sql)
-            return self._cursor.fetchall()[0][0]
-        except Exception as exc:
-            raise self._rows_failed(exc, "the rows were read") from None
-
-    def largest_key(self, columns: Mapping[str, SourceColumn], upto: Any = None) -> tuple[Any, int]:
-        """The largest append key and the number of rows (with a key up to `upto`, if given), in this snapshot."""
-        assert self.source.append_key is not None
-        key = self.driver.quote(columns[self.source.append_key].name)
-        where = "" if upto is None else f" WHERE {key} <= {_sql_literal(upto)}"
-        try:
-            self._cursor.execute(f"SELECT max({key}), count(*) FROM {self._from}{where}")
-            found = self._cursor.fetchall()[0]
-        except Exception as exc:
-            raise self._rows_failed(exc, "the rows were counted") from None
-        return found[0], int(found[1])
-
-    def rows(self, columns: Mapping[str, SourceColumn], after: Any = None) -> RowStream:
+    def rows(self, columns: Mapping[str, SourceColumn]) -> RowStream:
         """The declared columns' rows as a stream of Arrow batches (normalized and checked as they pass)."""
         try:
             self._cursor.adbc_statement.set_options(**self.driver.statement_options())
-            self._cursor.execute(self.rows_sql(columns, after))
+            self._cursor.execute(self.rows_sql(columns))
             reader = self._cursor.fetch_record_batch()
         except Exception as exc:
             raise self._rows_failed(exc, "the rows were read") from None
@@ -367,12 +354,6 @@ def readable(arrow: Any, declared: ColumnType) -> bool:
     if declared is ColumnType.DATE:
         return t.is_date(arrow) or t.is_timestamp(arrow) or text
     return t.is_timestamp(arrow) or t.is_date(arrow) or text
-
-
-def _sql_literal(value: Any) -> str:
-    if isinstance(value, bool | int | float):
-        return repr(value)
-    return "'" + str(value).replace("'", "''") + "'"
 
 
 def versions_now(policy: Policy) -> dict[str, bytes]:

@@ -123,8 +123,8 @@ def attached_source(table: str) -> str:
 
 
 def staged_source(table: str) -> str:
-    """The table a database source's rows are copied into, as read, before they are prepared (engines/loading.py);
-    kept in a prepared store only for an append-only source, whose next refresh reads just the newer rows."""
+    """The temporary table a database source's rows are copied into, as read, before they are prepared
+    (engines/loading.py)."""
     return f"__dp_staged_{table}"
 
 
