@@ -553,6 +553,33 @@ def test_a_sqlite_file_changed_as_it_is_read_is_read_again_next_time(tmp_path, m
         application.communicate("")
 
 
+
+def test_sqlite_values_of_any_type_load_as_declared_as_a_csv_file_s_would(tmp_path) -> None:
+    """SQLite's values carry their own types, and its ADBC driver types a column from its first 1,024 rows: a
+    column of NULLs, then reals, failed the read, and 0.1 + 0.2 kept only 15 digits if cast to text by SQLite. Every
+    value travels as text (a real in its exact form) and DuckDB checks and casts it as it does a CSV file's."""
+    path = tmp_path / "t.sqlite"
+    rows = 1500
+    _sqlite_write(path, "CREATE TABLE t (pid INTEGER, x, flag BOOLEAN, day DATE, whole INTEGER)",
+                  f"INSERT INTO t WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < {rows}) "
+                  "SELECT n, NULL, n % 2, '2024-01-02', n FROM g",
+                  "INSERT INTO t VALUES (2000, 0.1 + 0.2, 1, '2024-02-03', 3.0)")
+    columns = {"pid": {"type": "int"}, "x": {"type": "float", "lower": 0, "upper": 1}, "flag": {"type": "bool"},
+               "day": {"type": "date"}, "whole": {"type": "int"}}
+    engine = DuckDBEngine(load_policy(_policy(tmp_path, "sqlite:t.sqlite", columns)), bounding_seed=1)
+    try:
+        loaded = _units(engine)
+        assert len(loaded) == rows + 1 and loaded[0] == (1, None, True, "2024-01-02", 1)
+        assert loaded[-1] == (2000, 0.1 + 0.2, True, "2024-02-03", 3)
+    finally:
+        engine.close()
+    _sqlite_write(path, "INSERT INTO t VALUES (2001, 0.5, 0, '2024-02-03', 'not a secret number')")
+    with pytest.raises(PolicyError) as failure:
+        DuckDBEngine(load_policy(_policy(tmp_path, "sqlite:t.sqlite", columns)), bounding_seed=1)
+    assert "column 'whole' has values that are not int" in str(failure.value), failure.value
+    assert f"the first in row {rows + 2} as read" in str(failure.value), failure.value
+    assert "secret" not in str(failure.value)
+
 # --- a million rows ---------------------------------------------------------------------------------------------------
 
 @pytest.mark.slow  # about 10 s: a million rows into PostgreSQL, then through ADBC into the store

@@ -118,6 +118,33 @@ class _Driver:
     def quote(self, name: str) -> str:
         return '"' + name.replace('"', '""') + '"'
 
+    def selected(self, quoted: str) -> str:
+        """How a column is selected for the rows: as it is, unless its values need to travel as text."""
+        return quoted
+
+    def arrived(self, array: Any) -> Any:
+        """A column's values as they arrived (`selected`), made the values themselves again."""
+        return array
+
+    def column_type(self, cursor: Any, table: str | None, field: Any) -> tuple[str, Any]:
+        """A source column's type, as named in the database, and the Arrow type its values arrive as."""
+        metadata = field.metadata or {}
+        return metadata.get(b"POSTGRESQL:type", b"").decode() or str(field.type), _normalized_type(field.type)
+
+    def skeleton_type(self, type_name: str) -> ColumnType | None:
+        """The declared type `dpsql init` writes for a column of this database type; None: not read by dpsql."""
+        raise NotImplementedError
+
+
+# PostgreSQL's types (typname) as `dpsql init` declares them; any other (bytea, arrays, json, ranges) is left out.
+_POSTGRES_TYPES = {
+    **dict.fromkeys(("int2", "int4", "int8", "oid"), ColumnType.INT),
+    **dict.fromkeys(("float4", "float8", "numeric", "money"), ColumnType.FLOAT),
+    "bool": ColumnType.BOOL, "date": ColumnType.DATE,
+    **dict.fromkeys(("timestamp", "timestamptz"), ColumnType.TIMESTAMP),
+    **dict.fromkeys(("text", "varchar", "bpchar", "char", "name", "citext", "uuid"), ColumnType.TEXT),
+}
+
 
 class _Postgres(_Driver):
     def connect(self, uri: str) -> Any:
@@ -138,6 +165,9 @@ class _Postgres(_Driver):
     def statement_options(self) -> dict[str, str]:
         return {"adbc.postgresql.batch_size_hint_bytes": str(BATCH_BYTES)}
 
+    def skeleton_type(self, type_name: str) -> ColumnType | None:
+        return _POSTGRES_TYPES.get(type_name)
+
 
 class _Sqlite(_Driver):
     def connect(self, uri: str) -> Any:
@@ -149,6 +179,55 @@ class _Sqlite(_Driver):
 
     def files_version(self, uri: str) -> str | None:
         return "files " + b"".join(map(file_fingerprint, source_files("sqlite", sqlite_file(uri)))).hex()
+
+    # SQLite's values carry their own types, whatever a column declares, and the ADBC driver types each result
+    # column from its first batch of rows (a later value of another type fails the read, and a column of NULLs
+    # first is typed int64). So every value travels as text and DuckDB casts it to the declared type, checking each
+    # as it does a CSV file's: a REAL as its exact form ('%!.17g' round-trips a double; SQLite's own CAST keeps 15
+    # digits), the others as SQLite's CAST gives them (a BLOB's bytes, checked to be UTF-8 as they pass). None is
+    # NULL on the way ('v' and the value, or 'n'), so that the driver sees text from the first row on.
+    def selected(self, quoted: str) -> str:
+        text = f"CASE typeof({quoted}) WHEN 'real' THEN printf('%!.17g', {quoted}) ELSE CAST({quoted} AS TEXT) END"
+        return f"coalesce('v' || ({text}), 'n')"
+
+    def arrived(self, array: Any) -> Any:
+        import pyarrow.compute as pc
+
+        return pc.if_else(pc.equal(array, "n"), pa.scalar(None, array.type), pc.utf8_slice_codeunits(array, 1))
+
+    def column_type(self, cursor: Any, table: str | None, field: Any) -> tuple[str, Any]:
+        declared = ""
+        if table is not None:  # a table's declared type (a query's columns have none that SQLite keeps)
+            parts = [part.strip() for part in table.split(".")]  # `t` or `schema.t`: pragma_table_info(t, schema)
+            arguments = ", ".join(map(_sqlite_string, reversed(parts)))
+            cursor.execute(f"SELECT type FROM pragma_table_info({arguments}) WHERE lower(name) = "
+                           f"{_sqlite_string(field.name.lower())}")
+            found = cursor.fetchall()
+            declared = found[0][0] if found else ""
+        return declared or "any", pa.string()
+
+    def skeleton_type(self, type_name: str) -> ColumnType | None:
+        """SQLite's affinity rules (sqlite.org/datatype3.html, 3.1), with a numeric type's common names kept."""
+        upper = type_name.upper()
+        if "INT" in upper:
+            return ColumnType.INT
+        if any(word in upper for word in ("CHAR", "CLOB", "TEXT")):
+            return ColumnType.TEXT
+        if "BLOB" in upper or upper == "ANY":
+            return None
+        if any(word in upper for word in ("REAL", "FLOA", "DOUB")):
+            return ColumnType.FLOAT
+        if "BOOL" in upper:
+            return ColumnType.BOOL
+        if "TIME" in upper:
+            return ColumnType.TIMESTAMP
+        if "DATE" in upper:
+            return ColumnType.DATE
+        return ColumnType.FLOAT  # NUMERIC, DECIMAL
+
+
+def _sqlite_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 DRIVERS: Mapping[str, _Driver] = {"postgresql": _Postgres(), "postgres": _Postgres(), "sqlite": _Sqlite()}
@@ -225,18 +304,17 @@ class DatabaseTable:
         try:
             self._cursor.execute(f"SELECT * FROM {self._from} LIMIT 0")
             schema = self._cursor.fetch_arrow_table().schema
+            found = {}
+            for field in schema:
+                type_name, arrow = self.driver.column_type(self._cursor, self.source.table, field)
+                found.setdefault(field.name.lower(), SourceColumn(field.name, type_name, arrow))
         except Exception as exc:
             raise SourceFailed(f"cannot read {self.source.shown}: {self._first_line(exc)}") from None
-        found = {}
-        for field in schema:
-            metadata = field.metadata or {}
-            type_name = metadata.get(b"POSTGRESQL:type", b"").decode() or str(field.type)
-            found.setdefault(field.name.lower(), SourceColumn(field.name, type_name, _normalized_type(field.type)))
         return found
 
     def rows_sql(self, columns: Mapping[str, SourceColumn]) -> str:
         """The SELECT of the declared columns (by lower-case name, each as the database spells it)."""
-        select = ", ".join(f"{self.driver.quote(column.name)} AS {self.driver.quote(name)}"
+        select = ", ".join(f"{self.driver.selected(self.driver.quote(column.name))} AS {self.driver.quote(name)}"
                            for name, column in columns.items())
         return f"SELECT {select} FROM {self._from}"
 
@@ -299,7 +377,8 @@ class RowStream:
                                                 f"row {self.rows + bad + 1} as read")
                     raise self.failure
             self.rows += batch.num_rows
-            yield pa.RecordBatch.from_arrays(columns, schema=self.schema)
+            decoded = [self._table.driver.arrived(array) for array in columns]
+            yield pa.RecordBatch.from_arrays(decoded, schema=self.schema)
 
 
 def _normalized_type(arrow: Any) -> Any:
