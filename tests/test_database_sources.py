@@ -13,6 +13,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -47,9 +48,9 @@ def _policy(folder: Path, uri: str, columns: dict, source: dict | None = None, s
     return path
 
 
-def _units(engine: DuckDBEngine) -> list[tuple]:
+def _units(engine: DuckDBEngine, table: str = "t") -> list[tuple]:
     """The prepared table's rows as loaded (declared columns), in a fixed order."""
-    return engine.run(f"SELECT COLUMNS(lambda c: NOT starts_with(c, '__dp_')) FROM {names.prepared_table('t')} "
+    return engine.run(f"SELECT COLUMNS(lambda c: NOT starts_with(c, '__dp_')) FROM {names.prepared_table(table)} "
                       "ORDER BY ALL")
 
 
@@ -194,6 +195,49 @@ def test_nulls_in_a_column_declared_not_nullable_drop_their_rows_as_from_a_file(
     engine = DuckDBEngine(load_policy(_policy(tmp_path, pg_password.uri(name), columns)), bounding_seed=1)
     try:
         assert _units(engine) == [(1, 10), (1, 11), (2, 12)]
+    finally:
+        engine.close()
+
+
+def test_init_writes_a_policy_skeleton_from_a_database_table(pg_password, tmp_path) -> None:
+    """`dpsql init postgresql://... --table t`: the table's columns, each with the type its database type is read
+    as (a bytea left out, named in a comment); the skeleton loads as written and reads the table. SQLite too, its
+    file named relative to the policy. A URI with a password is refused without being shown."""
+    from click.testing import CliRunner
+
+    from dpsql.frontends import cli
+
+    name = _typed_table(pg_password)
+    written = tmp_path / "t.toml"
+    result = CliRunner().invoke(cli.main, ["init", pg_password.uri(name), "--table", "t", "--unit", "pid", "-o",
+                                           str(written)])
+    assert result.exit_code == 0, result.output
+    parsed = tomllib.loads(written.read_text())["tables"]["t"]
+    assert parsed["source"] == {"uri": pg_password.uri(name), "table": "t"} and parsed["privacy_unit"] == "pid"
+    assert {column: spec["type"] for column, spec in parsed["columns"].items()} == {
+        "pid": "int", "whole": "float", "money": "float", "seen": "timestamp", "day": "date", "note": "text",
+        "flag": "bool", "score": "float"}
+    assert "# blob: bytea in the database, which dpsql does not read" in written.read_text()
+    engine = DuckDBEngine(load_policy(written), bounding_seed=1)
+    try:
+        assert [row[:2] for row in _units(engine)] == [(1, 10.0), (1, 11.0), (2, 12.0), (3, None)]
+    finally:
+        engine.close()
+    refused = CliRunner().invoke(cli.main, ["init", pg_password.uri(name, password=True), "--table", "t"])
+    assert refused.exit_code != 0 and "holds a password" in refused.output and PASSWORD not in refused.output
+    _sqlite_write(tmp_path / "s.sqlite", "CREATE TABLE visits (pid INTEGER, cost REAL, day DATE, flag BOOLEAN, "
+                                         "note VARCHAR(20), raw BLOB)", "INSERT INTO visits VALUES "
+                                         "(1, 2.5, '2024-01-01', 1, 'a', x'00')")
+    result = CliRunner().invoke(cli.main, ["init", f"sqlite://{tmp_path / 's.sqlite'}", "--table", "visits",
+                                           "--row-privacy", "-o", str(tmp_path / "s.toml")])
+    assert result.exit_code == 0, result.output
+    parsed = tomllib.loads((tmp_path / "s.toml").read_text())["tables"]["visits"]
+    assert parsed["source"] == {"uri": "sqlite:s.sqlite", "table": "visits"}
+    assert {column: spec["type"] for column, spec in parsed["columns"].items()} == {
+        "pid": "int", "cost": "float", "day": "date", "flag": "bool", "note": "text"}
+    engine = DuckDBEngine(load_policy(tmp_path / "s.toml"), bounding_seed=1)
+    try:
+        assert _units(engine, "visits") == [(1, 2.5, "2024-01-01", True, "a")]
     finally:
         engine.close()
 
