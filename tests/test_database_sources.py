@@ -438,7 +438,7 @@ def test_the_version_and_the_rows_come_from_one_snapshot(pg_password, tmp_path, 
     def version_then_insert(self, columns):
         found = read_version(self, columns)
         calls.append(found)
-        if len(calls) == 2:  # the build's own read (the first is the check whether the store is still for the data)
+        if len(calls) == 1:  # the build's own read (no store yet: nothing to compare a version with before)
             with pg_password.connect(name) as con:
                 con.execute("INSERT INTO t (pid, v) VALUES (99, 1)")
         return found
@@ -446,7 +446,7 @@ def test_the_version_and_the_rows_come_from_one_snapshot(pg_password, tmp_path, 
     monkeypatch.setattr(database.DatabaseTable, "version", version_then_insert)
     engine = DuckDBEngine(load_policy(policy), bounding_seed=1)
     try:
-        assert engine.store_built and calls[0] == calls[1]
+        assert engine.store_built and len(calls) == 1
         assert engine.run(f"SELECT count(*) FROM {names.prepared_table('t')} WHERE pid = 99") == [(0,)]
     finally:
         engine.close()
@@ -567,7 +567,7 @@ def test_a_sqlite_file_changed_as_it_is_read_is_read_again_next_time(tmp_path, m
     def columns_then_write(self):
         found = read_columns(self)
         calls.append(1)
-        if len(calls) == 2:  # the build's read: its snapshot has begun
+        if len(calls) == 1:  # the build's read (no store yet): its snapshot has begun
             _sqlite_write(path, "INSERT INTO t VALUES (99, 1)")
         return found
 

@@ -76,10 +76,11 @@ def ensure(policy: Policy, files: Mapping[str, bytes], bounding_seed: int | None
     assert policy.store is not None
     portable = portable_ranks(bounding_seed)
     load = load_sql(policy, portable)
-    version = data_version(policy, {**files, **versions_now(policy)})
-    wanted = identity(version, bounding_seed, load)
-    if ready(policy.store, wanted):
-        return wanted, False, version
+    if policy.store.exists():  # asking a database for its version may scan its table: only when there is a store
+        version = data_version(policy, {**files, **versions_now(policy)})
+        wanted = identity(version, bounding_seed, load)
+        if ready(policy.store, wanted):
+            return wanted, False, version
     version = build(policy.store, policy, files, bounding_seed, load, config, portable, progress)
     return identity(version, bounding_seed, load), True, version
 
