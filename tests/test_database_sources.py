@@ -170,6 +170,12 @@ def test_a_column_type_the_declared_type_cannot_read_is_named(pg_password, tmp_p
     with pytest.raises(PolicyError, match=r"table 't', key 'columns.blob': is bytea in the source, which is not read "
                                           r"as text"):
         DuckDBEngine(load_policy(policy), bounding_seed=1)
+    # money arrives as an int64 of cents: read as float, 12.50 would have loaded as 1250.
+    with pg_password.connect(name) as con:
+        con.execute("ALTER TABLE t ADD COLUMN price money DEFAULT 12.50")
+    policy = _policy(tmp_path, pg_password.uri(name), {"pid": {"type": "int"}, "price": {"type": "float"}})
+    with pytest.raises(PolicyError, match=r"key 'columns.price': is money in the source, which is not read as float"):
+        DuckDBEngine(load_policy(policy), bounding_seed=1)
     policy = _policy(tmp_path, pg_password.uri(name), {"pid": {"type": "int"}, "gone": {"type": "text"}})
     with pytest.raises(PolicyError, match=r"key 'columns.gone': the source has no column 'gone' \(it has: blob, "):
         DuckDBEngine(load_policy(policy), bounding_seed=1)

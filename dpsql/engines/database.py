@@ -139,11 +139,13 @@ class _Driver:
 # PostgreSQL's types (typname) as `dpsql init` declares them; any other (bytea, arrays, json, ranges) is left out.
 _POSTGRES_TYPES = {
     **dict.fromkeys(("int2", "int4", "int8", "oid"), ColumnType.INT),
-    **dict.fromkeys(("float4", "float8", "numeric", "money"), ColumnType.FLOAT),
+    **dict.fromkeys(("float4", "float8", "numeric"), ColumnType.FLOAT),
     "bool": ColumnType.BOOL, "date": ColumnType.DATE,
     **dict.fromkeys(("timestamp", "timestamptz"), ColumnType.TIMESTAMP),
-    **dict.fromkeys(("text", "varchar", "bpchar", "char", "name", "citext", "uuid"), ColumnType.TEXT),
+    **dict.fromkeys(("text", "varchar", "bpchar", "char", "name", "citext", "json", "jsonb"), ColumnType.TEXT),
 }
+# PostgreSQL types whose values arrive as another type's: money as an int64 of cents (12.50 would load as 1250).
+_POSTGRES_MISREAD = {"money"}
 
 
 class _Postgres(_Driver):
@@ -167,6 +169,10 @@ class _Postgres(_Driver):
 
     def skeleton_type(self, type_name: str) -> ColumnType | None:
         return _POSTGRES_TYPES.get(type_name)
+
+    def column_type(self, cursor: Any, table: str | None, field: Any) -> tuple[str, Any]:
+        type_name, arrow = super().column_type(cursor, table, field)
+        return type_name, (None if type_name in _POSTGRES_MISREAD else arrow)
 
 
 class _Sqlite(_Driver):
@@ -421,6 +427,9 @@ def _invalid_text(array: Any) -> int | None:
 # Which Arrow types a declared type reads (then cast by DuckDB, every value checked as for files): text reads any
 # scalar but binary; the others what holds their values, or text (NUMERIC arrives as text, checked value by value).
 def readable(arrow: Any, declared: ColumnType) -> bool:
+    """None: a type the driver knows its values would arrive as something else (`_POSTGRES_MISREAD`)."""
+    if arrow is None:
+        return False
     t = pa.types
     number = t.is_integer(arrow) or t.is_floating(arrow) or t.is_decimal(arrow)
     text = t.is_string(arrow) or t.is_large_string(arrow)
