@@ -181,6 +181,38 @@ def test_a_column_type_the_declared_type_cannot_read_is_named(pg_password, tmp_p
         DuckDBEngine(load_policy(policy), bounding_seed=1)
 
 
+def test_infinite_dates_and_times_load_as_a_csv_file_s_and_a_time_past_the_driver_s_range_fails(
+        pg_password, tmp_path) -> None:
+    """PostgreSQL's 'infinity' and '-infinity' reach Arrow wrapped round (the driver shifts them from 2000 to 1970
+    without checking): they loaded as dates in the year 5,877,612 BC. Now they load as a CSV file's do; a finite
+    timestamp after the year 294,246 wraps too, and fails naming the column and the row."""
+    name = _typed_table(pg_password, (
+        "CREATE TABLE t (pid int, d date, ts timestamp, tz timestamptz)",
+        "INSERT INTO t VALUES (1, 'infinity', '-infinity', 'infinity'), (2, '-infinity', 'infinity', '-infinity'), "
+        "(3, '2024-01-01', '2024-01-01 10:00', '2024-01-01 10:00+00')"))
+    columns = {"pid": {"type": "int"}, "d": {"type": "date"}, "ts": {"type": "timestamp"},
+               "tz": {"type": "timestamp"}}
+    write_csv(tmp_path / "t.csv", ["pid", "d", "ts", "tz"], [(1, "infinity", "-infinity", "infinity"),
+                                                           (2, "-infinity", "infinity", "-infinity"),
+                                                           (3, "2024-01-01", "2024-01-01 10:00", "2024-01-01 10:00")])
+    from_csv = write_policy(tmp_path / "csv.toml", {"t": {"source": "t.csv", "privacy_unit": "pid",
+                                                          "max_rows_per_unit": 1, "columns": columns}})
+    engines = [DuckDBEngine(load_policy(path), bounding_seed=1)
+               for path in (from_csv, _policy(tmp_path, pg_password.uri(name), columns))]
+    try:
+        assert _units(engines[1]) == _units(engines[0])
+        assert _units(engines[1])[0] == (1, "infinity", "-infinity", "infinity")
+    finally:
+        for engine in engines:
+            engine.close()
+    with pg_password.connect(name) as con:
+        con.execute("INSERT INTO t VALUES (4, '2024-01-01', '294276-12-31 23:59:59', NULL)")
+    with pytest.raises(PolicyError, match=r"key 'source': table t of postgresql://\S+: column 'ts' holds a time "
+                                          r"beyond what its driver reads \(after the year 294,246\), the first in "
+                                          r"row 4 as read$"):
+        DuckDBEngine(load_policy(_policy(tmp_path, pg_password.uri(name), columns)), bounding_seed=1)
+
+
 def test_text_that_is_not_utf8_fails_naming_column_and_row(pg_password, tmp_path) -> None:
     """A SQL_ASCII database holds any bytes; DuckDB would refuse the whole copy without saying where."""
     name = _database(pg_password, "SQL_ASCII")

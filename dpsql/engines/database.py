@@ -126,6 +126,10 @@ class _Driver:
         """A column's values as they arrived (`selected`), made the values themselves again."""
         return array
 
+    def unreadable(self, array: Any) -> int | None:
+        """The index of the first value the driver could not have passed on as it is (None: all are fine)."""
+        return None
+
     def column_type(self, cursor: Any, table: str | None, field: Any) -> tuple[str, Any]:
         """A source column's type, as named in the database, and the Arrow type its values arrive as."""
         metadata = field.metadata or {}
@@ -173,6 +177,51 @@ class _Postgres(_Driver):
     def column_type(self, cursor: Any, table: str | None, field: Any) -> tuple[str, Any]:
         type_name, arrow = super().column_type(cursor, table, field)
         return type_name, (None if type_name in _POSTGRES_MISREAD else arrow)
+
+    # The driver moves a date or timestamp from PostgreSQL's epoch (2000) to Arrow's (1970) without checking for
+    # overflow: 'infinity' and '-infinity' (PostgreSQL's largest and smallest integers) arrive wrapped round to the
+    # values below, far before any date PostgreSQL holds, and made DuckDB's infinities here, as a CSV file's
+    # 'infinity' is. A finite timestamp after the year 294,246 wraps too, to another such value: refused.
+    def arrived(self, array: Any) -> Any:
+        infinities = _wrapped_infinities(array.type)
+        if infinities is None:
+            return array
+        import pyarrow.compute as pc
+
+        (plus, minus), raw = infinities, array.view(pa.int32() if pa.types.is_date32(array.type) else pa.int64())
+        largest = pa.scalar(2**31 - 1 if pa.types.is_date32(array.type) else 2**63 - 1, raw.type)
+        fixed = pc.if_else(pc.equal(raw, plus), largest,
+                           pc.if_else(pc.equal(raw, minus), pc.negate(largest), raw))
+        return fixed.view(array.type)
+
+    def unreadable(self, array: Any) -> int | None:
+        infinities = _wrapped_infinities(array.type)
+        if infinities is None or not pa.types.is_timestamp(array.type):
+            return None
+        import pyarrow.compute as pc
+
+        raw = array.view(pa.int64())
+        wrapped = pc.and_(pc.less(raw, _POSTGRES_FIRST_MICROSECOND), pc.invert(pc.is_in(raw, pa.array(infinities))))
+        found = pc.index(wrapped, True).as_py()
+        return None if found < 0 else found
+
+
+_EPOCHS_APART_DAYS = 10_957  # 1970-01-01 to 2000-01-01
+# Before PostgreSQL's first timestamp (4714-11-24 BC, Julian day 0), in microseconds since 1970.
+_POSTGRES_FIRST_MICROSECOND = -210_866_803_200_000_000
+
+
+def _wrapped_infinities(arrow: Any) -> tuple[int, int] | None:
+    """('infinity', '-infinity') of a date or microsecond timestamp as PostgreSQL's driver passes them on, wrapped
+    round by the shift from 2000 to 1970 (None: not such a type)."""
+    if pa.types.is_date32(arrow):
+        bits, shift = 32, _EPOCHS_APART_DAYS
+    elif pa.types.is_timestamp(arrow) and arrow.unit == "us":
+        bits, shift = 64, _EPOCHS_APART_DAYS * 86_400 * 10**6
+    else:
+        return None
+    largest, smallest = 2 ** (bits - 1) - 1, -(2 ** (bits - 1))
+    return largest + shift - 2**bits, smallest + shift
 
 
 class _Sqlite(_Driver):
@@ -381,6 +430,11 @@ class RowStream:
                 if bad is not None:
                     self.failure = SourceFailed(f"column '{name}' holds text that is not valid UTF-8, the first in "
                                                 f"row {self.rows + bad + 1} as read")
+                    raise self.failure
+                bad = self._table.driver.unreadable(array)
+                if bad is not None:
+                    self.failure = SourceFailed(f"column '{name}' holds a time beyond what its driver reads (after "
+                                                f"the year 294,246), the first in row {self.rows + bad + 1} as read")
                     raise self.failure
             self.rows += batch.num_rows
             decoded = [self._table.driver.arrived(array) for array in columns]
