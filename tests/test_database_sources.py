@@ -54,6 +54,19 @@ def _units(engine: DuckDBEngine, table: str = "t") -> list[tuple]:
                       "ORDER BY ALL")
 
 
+def _opened(policy: Path, query: str) -> tuple[bool, str, list[tuple]]:
+    """An engine opened on `policy`: whether it built the store, its data version, and `query`'s rows (`{t}`: the
+    prepared table t)."""
+    engine = DuckDBEngine(load_policy(policy), bounding_seed=1)
+    try:
+        return engine.store_built, engine.data_version, engine.run(query.format(t=names.prepared_table("t")))
+    finally:
+        engine.close()
+
+
+_LATE_ROW = "SELECT count(*) FROM {t} WHERE pid = 99"
+
+
 # --- the README's sample, served from PostgreSQL ---------------------------------------------------------------
 
 def _readme_queries() -> list[str]:
@@ -456,12 +469,8 @@ def test_a_store_is_rebuilt_when_the_table_changes_and_cached_answers_are_not_re
     again.close()
     with pg_password.connect(name) as con:
         con.execute("UPDATE t SET v = 9, updated_at = now() WHERE id = 3")  # one value: the row count is the same
-    changed = DuckDBEngine(load_policy(policy), bounding_seed=1)
-    try:
-        assert changed.store_built and changed.data_version != first.data_version
-        assert changed.run(f"SELECT v FROM {names.prepared_table('t')} WHERE id = 3") == [(9,)]
-    finally:
-        changed.close()
+    built, version, changed = _opened(policy, "SELECT v FROM {t} WHERE id = 3")
+    assert built and version != first.data_version and changed == [(9,)]
 
 
 def test_the_version_and_the_rows_come_from_one_snapshot(pg_password, tmp_path, monkeypatch) -> None:
@@ -482,19 +491,11 @@ def test_the_version_and_the_rows_come_from_one_snapshot(pg_password, tmp_path, 
         return found
 
     monkeypatch.setattr(database.DatabaseTable, "version", version_then_insert)
-    engine = DuckDBEngine(load_policy(policy), bounding_seed=1)
-    try:
-        assert engine.store_built and len(calls) == 1
-        assert engine.run(f"SELECT count(*) FROM {names.prepared_table('t')} WHERE pid = 99") == [(0,)]
-    finally:
-        engine.close()
+    built, version, late = _opened(policy, _LATE_ROW)
+    assert built and len(calls) == 1 and late == [(0,)]
     monkeypatch.setattr(database.DatabaseTable, "version", read_version)
-    later = DuckDBEngine(load_policy(policy), bounding_seed=1)
-    try:
-        assert later.store_built and later.data_version != engine.data_version
-        assert later.run(f"SELECT count(*) FROM {names.prepared_table('t')} WHERE pid = 99") == [(1,)]
-    finally:
-        later.close()
+    rebuilt, later, late = _opened(policy, _LATE_ROW)
+    assert rebuilt and later != version and late == [(1,)]
 
 
 def test_a_source_that_goes_away_mid_load_fails_and_leaves_no_store(pg_password, tmp_path, monkeypatch) -> None:
@@ -618,19 +619,11 @@ def test_a_sqlite_file_changed_as_it_is_read_is_read_again_next_time(tmp_path, m
                                    text=True)
     try:
         assert application.stdout.readline() == "open\n"
-        engine = DuckDBEngine(load_policy(policy), bounding_seed=1)
-        try:  # the snapshot: the row written after it began is not in the rows
-            assert engine.store_built and \
-                engine.run(f"SELECT count(*) FROM {names.prepared_table('t')} WHERE pid = 99") == [(0,)]
-        finally:
-            engine.close()
+        built, version, late = _opened(policy, _LATE_ROW)
+        assert built and late == [(0,)]  # the snapshot: the row written after it began is not in the rows
         monkeypatch.setattr(database.DatabaseTable, "columns", read_columns)
-        later = DuckDBEngine(load_policy(policy), bounding_seed=1)
-        try:
-            assert later.store_built and later.data_version != engine.data_version
-            assert later.run(f"SELECT count(*) FROM {names.prepared_table('t')} WHERE pid = 99") == [(1,)]
-        finally:
-            later.close()
+        rebuilt, later, late = _opened(policy, _LATE_ROW)
+        assert rebuilt and later != version and late == [(1,)]
     finally:
         application.communicate("")
 
