@@ -323,7 +323,9 @@ class DatabaseTable:
             raise
         except Exception as exc:
             self.close()
-            raise SourceFailed(f"cannot connect to {self.credentials.shown}: {self._first_line(exc)}") from None
+            # The policy's URI is named already, in front of this message; one from uri_env is not.
+            target = "" if self.source.pattern == self.credentials.uri else f" to {self.credentials.shown}"
+            raise SourceFailed(f"cannot connect{target}: {self._first_line(exc)}") from None
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -337,8 +339,9 @@ class DatabaseTable:
         self._cursor = self._con = None
 
     def _first_line(self, exc: BaseException) -> str:
+        """The driver's first line, scrubbed, without ADBC's status code and libpq's tag (`IO: [libpq] `)."""
         lines = [line.strip() for line in self.credentials.scrub(str(exc)).splitlines() if line.strip()]
-        return lines[0] if lines else "the driver gave no reason"
+        return re.sub(r"^[A-Z_]+: (\[libpq\] )?", "", lines[0]) if lines else "the driver gave no reason"
 
     def _rows_failed(self, exc: BaseException, what: str) -> SourceFailed:
         state = getattr(exc, "sqlstate", None)
@@ -364,7 +367,7 @@ class DatabaseTable:
                 type_name, arrow = self.driver.column_type(self._cursor, self.source.table, field)
                 found.setdefault(field.name.lower(), SourceColumn(field.name, type_name, arrow))
         except Exception as exc:
-            raise SourceFailed(f"cannot read {self.source.shown}: {self._first_line(exc)}") from None
+            raise SourceFailed(f"cannot read it: {self._first_line(exc)}") from None
         return found
 
     def rows_sql(self, columns: Mapping[str, SourceColumn]) -> str:
