@@ -65,6 +65,10 @@ assert len(frame) > 0
 """
 
 
+_MACHINE = ("Measured on a 2-core, 24 GB machine shared with other work: the seconds are noisy, the ratios of the "
+            "turns taken in alternation less so. The server's own time is in each wall clock, its memory in none.")
+
+
 def generate(server: LocalPostgres, database: str, rows: int) -> None:
     server.create_database(database)
     with server.connect(database) as con:
@@ -116,7 +120,8 @@ def table(results: list[dict], rows: int, runs: int) -> str:
     lines = [f"# Loading {rows:,} rows from PostgreSQL: dpsql's store against psycopg's COPY and pandas.read_sql",
              "", f"`python -m benchmarks.db_load --rows {rows} --runs {runs}` (median of {runs} runs each, in turn; "
              f"the CSV file written by COPY is {results[0]['csv_mib']:.0f} MiB)", "",
-             "| what | seconds | x COPY's time | peak RSS MiB | x COPY's memory |", "|---|---|---|---|---|"]
+             _MACHINE, "", "| what | seconds | x COPY's time | peak RSS MiB | x COPY's memory |",
+             "|---|---|---|---|---|"]
     for r in results:
         lines.append(f"| {r['what']} | {r['seconds']:.2f} | {r['x_copy']:.2f} | {r['rss_mib']:.0f} | "
                      f"{r['x_copy_rss']:.2f} |")

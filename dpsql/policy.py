@@ -135,6 +135,9 @@ class Source:
     table: str | None = None  # the table inside a DuckDB database file, or a database's table ("schema.name")
     query: str | None = None  # a database: the steward's SELECT whose rows are the table (instead of `table`)
     version: str | None = None  # a database: the steward's query of the data's version (engines/database.py)
+    # A PostgreSQL table whose rows are appended with ever larger values of this column: a refresh of the prepared
+    # store reads only the rows past those it holds, once their checksum shows them unchanged (engines/loading.py).
+    append_key: str | None = None
 
     @property
     def shown(self) -> str:
@@ -292,6 +295,10 @@ def load_policy(path: str | Path) -> Policy:
             reader.fail("[engine]", key,
                         "is a DuckDB setting: not supported with kind = \"spark\" (size Spark with [engine.spark])")
     for table in tables.values():
+        key = table.source.append_key
+        if key is not None and (key not in table.columns or table.columns[key].type not in _APPEND_KEY_TYPES):
+            kinds = ", ".join(t.value for t in _APPEND_KEY_TYPES)
+            reader.fail(f"table '{table.name}'", "source.append_key", f"must name a column declared as {kinds}")
         if choice.kind == "spark" and table.source.kind == "database":
             reader.fail(f"table '{table.name}'", "source", "a database source is read by the DuckDB engine only: not "
                                                            "supported with kind = \"spark\"")
@@ -569,11 +576,11 @@ class _Reader:
 
     def database(self, raw: dict, where: str) -> Source:
         """`source = { uri = "postgresql://host/db", table = "visits" }` (or `query = "SELECT ..."`, or `uri_env`
-        naming the variable that holds the URI), with an optional `version`: a table read from a
+        naming the variable that holds the URI), with optional `version` and `append_key`: a table read from a
         database through its ADBC driver (engines/database.py). The URI holds no password: the driver's own ways
         (PGPASSWORD, PGSERVICE, .pgpass) give it, so the policy, which analysts may read, never does."""
         here = f"{where}, key 'source'"
-        self.keys(raw, here, {"uri", "uri_env", "table", "query", "version"})
+        self.keys(raw, here, {"uri", "uri_env", "table", "query", "version", "append_key"})
         if ("uri" in raw) == ("uri_env" in raw):
             self.fail(where, "source", "a database source needs uri (its address, no password) or uri_env (the "
                                        "environment variable that holds it), not both")
@@ -587,11 +594,17 @@ class _Reader:
         else:
             query = self.statement(raw, where, "query")
         version = self.statement(raw, where, "version") if "version" in raw else None
+        append_key = None
+        if "append_key" in raw:
+            append_key = self.typed(raw["append_key"], here, "append_key", str).strip().lower()
+            if table is None:
+                self.fail(where, "source.append_key", "applies to a table source (a query's rows may change in "
+                                                      "ways no key shows)")
         if "uri_env" in raw:
             variable = self.typed(raw["uri_env"], here, "uri_env", str).strip()
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", variable):
                 self.fail(where, "source.uri_env", "must name an environment variable (letters, digits, underscore)")
-            return Source("database", f"${variable}", table, query, version)
+            return Source("database", f"${variable}", table, query, version, append_key)
         uri = self.typed(raw["uri"], here, "uri", str).strip()
         scheme, sep, rest = uri.partition(":")
         if not sep or scheme.lower() not in DATABASE_SCHEMES:
@@ -603,12 +616,15 @@ class _Reader:
                 file = self.path.parent / file
             if not file.is_file():
                 self.fail(where, "source.uri", f"no SQLite database file {str(file)!r}")
+            if append_key is not None:
+                self.fail(where, "source.append_key", "needs a PostgreSQL source: SQLite's rows have no checksum to "
+                                                      "check that the rows kept are unchanged")
             return Source("database", f"sqlite://{file}", table, query, version)
         if has_password(uri):  # the message never repeats the URI: it holds the secret
             self.fail(where, "source.uri", "holds a password, which a policy must never hold: give it through "
                                            "PGPASSWORD, a service file (PGSERVICE) or ~/.pgpass, or the whole URI "
                                            "through uri_env")
-        return Source("database", uri, table, query, version)
+        return Source("database", uri, table, query, version, append_key)
 
     def statement(self, raw: dict, where: str, key: str) -> str:
         """A database source's query of the steward's: one SELECT (or WITH ... SELECT) statement."""
@@ -736,6 +752,8 @@ class _Reader:
             self.fail(where, key, f"unknown value {value!r} (expected one of: {', '.join(k.value for k in kind)})")
 
 
+# The types of an append key: ordered alike in PostgreSQL and in its text (engines/database.py compares as text).
+_APPEND_KEY_TYPES = (ColumnType.INT, ColumnType.DATE, ColumnType.TIMESTAMP)
 # The URI schemes of database sources, each read through its ADBC driver (engines/database.py).
 DATABASE_SCHEMES = ("postgresql", "postgres", "sqlite")
 # A password in a URI: `scheme://user:password@host`, or a `password=` parameter (libpq's keyword form too).

@@ -23,7 +23,7 @@ from benchmarks.support import create_ledger, open_session, write_csv, write_pol
 from dpsql.dp.fixedpoint import fixed_point
 from dpsql.engines import database
 from dpsql.engines.duckdb_engine import DuckDBEngine
-from dpsql.errors import PolicyError
+from dpsql.errors import PolicyError, ProgrammingError
 from dpsql.policy import load_policy
 from dpsql.sql import names
 from tests.conftest import ROOT, SAMPLE, copy_visits_data
@@ -474,6 +474,67 @@ def test_a_store_is_rebuilt_when_the_table_changes_and_cached_answers_are_not_re
     assert built and version != first.data_version and changed == [(9,)]
 
 
+def test_an_append_only_table_is_refreshed_from_the_rows_past_those_the_store_holds(pg_password, tmp_path,
+                                                                                    monkeypatch) -> None:
+    """With `append_key`, a store's refresh reads only the rows past the largest key it holds, once the rows up to
+    it show the count and checksum the store holds; a row updated, deleted, or appended with a smaller key shows
+    there, and every row is read again. Either way the store holds exactly the table's rows."""
+    name = _visits_table(pg_password, rows=300)
+    policy = _policy(tmp_path, pg_password.uri(name), _VISITS, {"append_key": "id"}, store=True)
+    (tmp_path / "memory").mkdir()
+    in_memory = _policy(tmp_path / "memory", pg_password.uri(name), _VISITS)
+    read_rows = database.DatabaseTable.rows
+    reads: list[str | None] = []
+    monkeypatch.setattr(database.DatabaseTable, "rows",
+                        lambda self, columns, after=None: (reads.append(after), read_rows(self, columns, after))[1])
+
+    def refreshed(change: str | None) -> tuple[bool, str | None]:
+        """After `change`: whether the store was built, from which key it read, and that it holds every row."""
+        if change is not None:
+            with pg_password.connect(name) as con:
+                con.execute(change)
+        reads.clear()
+        every = DuckDBEngine(load_policy(in_memory), bounding_seed=1)
+        engine = DuckDBEngine(load_policy(policy), bounding_seed=1)
+        try:
+            assert _units(engine) == _units(every)
+            return engine.store_built, reads[-1] if engine.store_built else None
+        finally:
+            engine.close()
+            every.close()
+
+    assert refreshed(None) == (True, None)  # no store yet: every row
+    assert refreshed(None) == (False, None)  # unchanged: the store as it is
+    assert refreshed("INSERT INTO t (pid, v) SELECT g % 17, 1 FROM generate_series(1, 40) g") == (True, "300")
+    assert refreshed("UPDATE t SET v = 9 WHERE id = 5") == (True, None)  # an old row changed: every row again
+    assert refreshed("INSERT INTO t (pid, v) VALUES (3, 2)") == (True, "340")
+    assert refreshed("DELETE FROM t WHERE id = 7") == (True, None)
+    assert refreshed("INSERT INTO t (id, pid, v) VALUES (8, 3, 2)") == (True, None)  # a key below the largest
+    assert refreshed(None) == (False, None)
+    session = open_session(policy, 1, bounding_seed=1)  # the rows kept in the store are no table of the analyst's
+    try:
+        for kept in (names.staged_source("t"), names.APPENDED):
+            with pytest.raises(ProgrammingError, match=f"unknown table '{kept}'"):
+                session.execute(f"SELECT COUNT(*) FROM {kept}")
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize(("source", "columns", "problem"), [
+    ({"append_key": "nope"}, {}, "key 'source.append_key': must name a column declared as int, date, timestamp"),
+    ({"append_key": "note"}, {"note": {"type": "text"}}, "must name a column declared as int, date, timestamp"),
+    ({"append_key": "pid", "table": None, "query": "SELECT * FROM t"}, {}, "applies to a table source"),
+    ({"append_key": "pid", "uri": "sqlite:t.sqlite"}, {}, "needs a PostgreSQL source"),
+])
+def test_an_append_key_is_a_declared_ordered_column_of_a_postgresql_table(tmp_path, source, columns, problem) -> None:
+    (tmp_path / "t.sqlite").touch()
+    spec = {"source": {key: value for key, value in {"uri": "postgresql://h/db", "table": "t", **source}.items()
+                       if value is not None},
+            "privacy_unit": "pid", "max_rows_per_unit": 1, "columns": {"pid": {"type": "int"}, **columns}}
+    with pytest.raises(PolicyError, match=re.escape(problem)):
+        load_policy(write_policy(tmp_path / "p.toml", {"t": spec}))
+
+
 def test_the_version_and_the_rows_come_from_one_snapshot(pg_password, tmp_path, monkeypatch) -> None:
     """A row committed between the build's version read and its rows read is not in the rows: the store's label
     (and its engine's data version, which answers are kept under) is the version of the very rows it holds
@@ -483,8 +544,8 @@ def test_the_version_and_the_rows_come_from_one_snapshot(pg_password, tmp_path, 
     read_version = database.DatabaseTable.version
     calls = []
 
-    def version_then_insert(self, columns):
-        found = read_version(self, columns)
+    def version_then_insert(self, *arguments):
+        found = read_version(self, *arguments)
         calls.append(found)
         if len(calls) == 1:  # the build's own read (no store yet: nothing to compare a version with before)
             with pg_password.connect(name) as con:
@@ -656,6 +717,18 @@ def test_sqlite_values_of_any_type_load_as_declared_as_a_csv_file_s_would(tmp_pa
     assert "column 'whole' has values that are not int" in str(failure.value), failure.value
     assert f"the first in row {rows + 2} as read" in str(failure.value), failure.value
     assert "secret" not in str(failure.value)
+
+@pytest.mark.slow  # about 10 s: a server of its own, and four processes timed
+def test_the_load_benchmark_runs_and_writes_its_table(postgres, tmp_path, monkeypatch) -> None:
+    """benchmarks/db_load.py at a small size: every way of reading the table runs, and its ratios are to COPY's."""
+    from benchmarks.db_load import run, table
+
+    monkeypatch.setenv("PGPASSWORD", "")  # the benchmark sets it for its own server: restored after this test
+    results = run(2_000, 1, tmp_path)
+    assert len(results) == 4 and results[0]["what"] == "psycopg COPY to a CSV file"
+    assert results[0]["x_copy"] == 1.0 and all(r["seconds"] > 0 and r["rss_mib"] > 0 for r in results)
+    assert "| dpsql prepare (read, check, rank, store) |" in table(results, 2_000, 1)
+
 
 # --- a million rows ---------------------------------------------------------------------------------------------------
 

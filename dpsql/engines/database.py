@@ -49,7 +49,12 @@ BATCH_BYTES = 16 << 20
 
 
 class SourceFailed(Exception):
-    """A database source could not be read; the message is scrubbed of credentials and holds no value."""
+    """A database source could not be read; the message is scrubbed of credentials and holds no value. `key`: the
+    policy's key it is about (a column's, or the source's)."""
+
+    def __init__(self, message: str, key: str = "source") -> None:
+        super().__init__(message)
+        self.key = key
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,21 @@ class SourceColumn:
     name: str  # as the database spells it
     type_name: str  # the database's type (PostgreSQL's typname), or Arrow's where the driver gives none
     arrow: Any  # the Arrow type the rows arrive as, once normalized (`_normalized`)
+
+
+# (after, upto): append keys, as the database writes them as text, bounding the rows meant (None: no bound).
+KeyRange = tuple[str | None, str | None]
+
+
+@dataclass(frozen=True)
+class Counted:
+    """Rows in one snapshot: how many, the sum of their digests (`_Driver.checksum`), their largest append key."""
+    rows: int
+    checksum: int
+    largest: str | None = None  # as the database writes it as text; None: no rows, or no append key
+
+    def __add__(self, later: Counted) -> Counted:
+        return Counted(self.rows + later.rows, self.checksum + later.checksum, later.largest or self.largest)
 
 
 class Credentials:
@@ -104,9 +124,10 @@ class _Driver:
     def begin(self, cursor: Any) -> None:
         cursor.execute("BEGIN")
 
-    def default_version(self, rows_sql: str) -> str:
-        """The SQL of a source's default version over its rows' SELECT (a file's is its fingerprint instead)."""
-        raise NotImplementedError
+    def checksum(self, rows_sql: str) -> str | None:
+        """The SQL of the count of a SELECT's rows and the sum of a digest of each, the two as text (None: this
+        database has none; a file's version is its fingerprint instead)."""
+        return None
 
     def statement_options(self) -> dict[str, str]:
         return {}
@@ -163,10 +184,11 @@ class _Postgres(_Driver):
     def begin(self, cursor: Any) -> None:
         cursor.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 
-    def default_version(self, rows_sql: str) -> str:
-        # The count and the sum (as numeric: no overflow) of each row's md5, first 64 bits, over the rows as read.
-        return ("SELECT count(*)::text || ' rows, ' || coalesce(sum(('x' || substr(md5(__dp_rows::text), 1, 16))"
-                f"::bit(64)::bigint::numeric), 0)::text FROM ({rows_sql}) AS __dp_rows")
+    def checksum(self, rows_sql: str) -> str | None:
+        # The sum (as numeric: no overflow) of each row's md5, first 64 bits: any insert, update or delete changes
+        # it, and it adds up, so the rows kept and the rows appended are summed apart (engines/loading.py).
+        return ("SELECT count(*)::text, coalesce(sum(('x' || substr(md5(__dp_rows::text), 1, 16))::bit(64)::bigint"
+                f"::numeric), 0)::text FROM ({rows_sql}) AS __dp_rows")
 
     def statement_options(self) -> dict[str, str]:
         return {"adbc.postgresql.batch_size_hint_bytes": str(BATCH_BYTES)}
@@ -370,32 +392,67 @@ class DatabaseTable:
             raise SourceFailed(f"cannot read it: {self._first_line(exc)}") from None
         return found
 
-    def rows_sql(self, columns: Mapping[str, SourceColumn]) -> str:
-        """The SELECT of the declared columns (by lower-case name, each as the database spells it)."""
+    def rows_sql(self, columns: Mapping[str, SourceColumn], keys: KeyRange = (None, None)) -> str:
+        """The SELECT of the declared columns (by lower-case name, each as the database spells it); `keys`: only
+        the rows whose append key is in that range (`_where`)."""
         select = ", ".join(f"{self.driver.selected(self.driver.quote(column.name))} AS {self.driver.quote(name)}"
                            for name, column in columns.items())
-        return f"SELECT {select} FROM {self._from}"
+        return f"SELECT {select} FROM {self._from}{self._where(columns, keys)}"
 
-    def version(self, columns: Mapping[str, SourceColumn]) -> str:
-        """The source's version in this snapshot: the steward's query's row, or the driver's default (None: the
-        caller fingerprints the file)."""
-        if self.source.version is None and self._files_version is not None:
-            return self._files_version
-        sql = self.source.version or self.driver.default_version(self.rows_sql(columns))
+    def _where(self, columns: Mapping[str, SourceColumn], keys: KeyRange) -> str:
+        """`(after, upto)`: the rows whose append key is greater than `after` and at most `upto` (each a value as
+        the database writes it as text, or None: no limit)."""
+        if keys == (None, None):
+            return ""
+        assert self.source.append_key is not None
+        key = self.driver.quote(columns[self.source.append_key].name)
+        # A text literal: the database reads it as the key column's type, exactly as it wrote it.
+        limits = [f"{key} {op} '{value.replace(chr(39), chr(39) * 2)}'" for op, value in zip((">", "<="), keys,
+                                                                                            strict=True) if value]
+        return " WHERE " + " AND ".join(limits)
+
+    def counted(self, columns: Mapping[str, SourceColumn], keys: KeyRange = (None, None)) -> Counted:
+        """The rows' count and checksum (`_Driver.checksum`) in this snapshot, and their largest append key (if the
+        source has one); `keys`: of the rows whose key is in that range only."""
+        sql = self.driver.checksum(self.rows_sql(columns, keys))
+        if sql is None:
+            raise SourceFailed("append_key needs a PostgreSQL source: SQLite's rows have no checksum to check that "
+                               "the rows kept are unchanged")
+        largest = None
         try:
             self._cursor.execute(sql)
+            count, total = self._cursor.fetchall()[0]
+            if self.source.append_key is not None:
+                key = self.driver.quote(columns[self.source.append_key].name)
+                self._cursor.execute(f"SELECT max({key})::text FROM {self._from}{self._where(columns, keys)}")
+                largest = self._cursor.fetchall()[0][0]
+        except Exception as exc:
+            raise self._rows_failed(exc, "its version was read") from None
+        return Counted(int(count), int(total), largest)
+
+    def version(self, columns: Mapping[str, SourceColumn], counted: Counted | None = None) -> str:
+        """The source's version in this snapshot: the steward's query's row, a file's fingerprint, or the count and
+        checksum of the rows (`counted`, if the caller has them already)."""
+        if self.source.version is None:
+            if self._files_version is not None:
+                return self._files_version
+            found = counted or self.counted(columns)
+            return f"rows {found.rows} {found.checksum}"
+        try:
+            self._cursor.execute(self.source.version)
             rows = self._cursor.fetchall()
         except Exception as exc:
             raise self._rows_failed(exc, "its version was read") from None
         if len(rows) != 1:
             raise SourceFailed(f"the version query returned {len(rows)} rows: it must return one")
-        return f"{'query' if self.source.version else 'rows'} {rows[0]!r}"
+        return f"query {rows[0]!r}"
 
-    def rows(self, columns: Mapping[str, SourceColumn]) -> RowStream:
-        """The declared columns' rows as a stream of Arrow batches (normalized and checked as they pass)."""
+    def rows(self, columns: Mapping[str, SourceColumn], after: str | None = None) -> RowStream:
+        """The declared columns' rows (`after`: past that append key) as a stream of Arrow batches (normalized and
+        checked as they pass)."""
         try:
             self._cursor.adbc_statement.set_options(**self.driver.statement_options())
-            self._cursor.execute(self.rows_sql(columns))
+            self._cursor.execute(self.rows_sql(columns, (after, None)))
             reader = self._cursor.fetch_record_batch()
         except Exception as exc:
             raise self._rows_failed(exc, "the rows were read") from None

@@ -6,13 +6,16 @@ for the dry run. Used for the engine's in-memory database and for building a pre
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import duckdb
 from sqlglot import exp
 
 from dpsql.engines.csv_shape import csv_problem
-from dpsql.engines.database import DatabaseTable, SourceFailed, readable
+from dpsql.engines.database import SourceFailed
 from dpsql.engines.exact_values import inexact
 from dpsql.engines.progress import SILENT, Percent, Progress
+from dpsql.engines.staging import kept_in_store, stage
 from dpsql.errors import PolicyError, first_line
 from dpsql.policy import ColumnType, TablePolicy
 from dpsql.rewrite.bounding import cleaned_rows, later_rows, prepared_rows, varying_units
@@ -25,8 +28,9 @@ class TableLoader:
     """Loads tables into `con` (whose twin schema exists); errors name the policy, the table and the key."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, policy_name: str, portable: bool = False,
-                 progress: Progress = SILENT, percent: Percent | None = None) -> None:
+                 progress: Progress = SILENT, percent: Percent | None = None, store: Path | None = None) -> None:
         self.con = con
+        self.store = store  # the prepared store being built (engines/staging.py keeps appended rows in it), or None
         self.policy_name = policy_name
         self.portable = portable  # rank by bounding.portable_key, as the Spark engine does (see `portable_ranks`)
         self.progress = progress  # told of each step (engines/progress.py); `percent` says how far one has gone
@@ -78,43 +82,15 @@ class TableLoader:
             self.con.execute(f"CREATE TABLE {TWIN_SCHEMA}.{name} AS SELECT * FROM {name} LIMIT 0")
         if table.source.kind == "duckdb":  # the copy is made: the steward's database file is not needed any more
             self.con.execute(f"DETACH {names.attached_source(table.name)}")
-        if table.source.kind == "database":
+        if table.source.kind == "database" and not (self.store is not None and kept_in_store(table)):
             self.con.execute(f"DROP TABLE {names.staged_source(table.name)}")
 
     def _stage(self, table: TablePolicy) -> None:
-        """Copy a database source's declared columns, as read in one snapshot (with its version), into a staging
-        table (names.staged_source, temporary: the prepared table is made from it and it is dropped), after
-        checking that each column's type in the source can be read as the declared type."""
-        source = table.source
+        """Copy a database source's rows into its staging table (engines/staging.py), keeping its version."""
         try:
-            with DatabaseTable(source) as database:
-                found = database.columns()
-                missing = [name for name in table.columns if name not in found]
-                if missing:
-                    self._fail(table, f"columns.{missing[0]}", f"the source has no column '{missing[0]}' (it has: "
-                                                               f"{', '.join(sorted(found))})")
-                for name, column in table.columns.items():
-                    if not readable(found[name].arrow, column.type):
-                        self._fail(table, f"columns.{name}", f"is {found[name].type_name} in the source, which is "
-                                                             f"not read as {column.type.value}: declare another "
-                                                             f"type, or convert it in the source's query")
-                declared = {name: found[name] for name in table.columns}
-                self.versions[table.name] = database.version(declared).encode()
-                stream = database.rows(declared)
-                arrow = f"__dp_arrow_{table.name}"
-                with self.progress.step(f"copying {source.shown}") as step:
-                    self.con.register(arrow, stream.reader())
-                    try:
-                        self.con.execute(f"CREATE TEMP TABLE {names.staged_source(table.name)} AS "
-                                         f"SELECT * FROM {arrow}")
-                    except Exception:  # DuckDB's message, or the stream's own exception: `failure` says which
-                        raise stream.failure or SourceFailed("the rows could not be copied") from None
-                    finally:
-                        self.con.unregister(arrow)
-                    if self.progress.detailed:
-                        step.result = f"{stream.rows:,} rows"
+            self.versions[table.name] = stage(self.con, table, self.store, self.progress)
         except SourceFailed as exc:
-            self._fail(table, "source", f"{source.shown}: {exc}")
+            self._fail(table, exc.key, f"{table.source.shown}: {exc}" if exc.key == "source" else str(exc))
 
     def _check_exact(self, table: TablePolicy, found: dict[str, str]) -> None:
         """Fail on the first value that the load's cast would read as another value of its declared type (1.5 in an

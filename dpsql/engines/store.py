@@ -134,7 +134,7 @@ def build(path: Path, policy: Policy, files: Mapping[str, bytes], bounding_seed:
         target = building / path.name
         with sandbox.opened(config, database=str(target)) as con, duckdb_percent(con, progress) as percent:
             con.execute(f"CREATE SCHEMA {TWIN_SCHEMA}")
-            loader = TableLoader(con, policy.path.name, portable, progress, percent)
+            loader = TableLoader(con, policy.path.name, portable, progress, percent, store=path)
             salt = new_salt(bounding_seed)
             for table in policy.tables.values():
                 loader.load(table, salt)
