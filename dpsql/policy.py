@@ -620,6 +620,8 @@ class _Reader:
                 self.fail(where, "source.append_key", "needs a PostgreSQL source: SQLite's rows have no checksum to "
                                                       "check that the rows kept are unchanged")
             return Source("database", f"sqlite://{file}", table, query, version)
+        if misplaced_at(uri):
+            self.fail(where, "source.uri", MISPLACED_AT)
         if has_password(uri):  # the message never repeats the URI: it holds the secret
             self.fail(where, "source.uri", "holds a password, which a policy must never hold: give it through "
                                            "PGPASSWORD, a service file (PGSERVICE) or ~/.pgpass, or the whole URI "
@@ -762,6 +764,18 @@ _URI_PASSWORD = re.compile(r"(?i)(://[^/?#@\s:]*:)[^/?#@\s]*@|(\bpassword\s*=\s*
 
 def has_password(uri: str) -> bool:
     return _URI_PASSWORD.search(uri) is not None
+
+
+MISPLACED_AT = ("has an '@' past its host: a user name or password holding '/', '?', '#' or '@' must be "
+                "percent-encoded (%2F, %3F, %23, %40); the URI is not repeated here, as it may hold a password")
+
+
+def misplaced_at(uri: str) -> bool:
+    """Whether an '@' comes after the first '/', '?' or '#' past `scheme://`: libpq would then read part of a
+    password as the host or the port, and quote it in its message."""
+    rest = uri.partition("://")[2]
+    cut = re.search(r"[/?#]", rest)
+    return cut is not None and "@" in rest[cut.start():]
 
 
 def without_passwords(text: str) -> str:

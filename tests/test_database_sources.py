@@ -295,11 +295,24 @@ def test_init_writes_a_policy_skeleton_from_a_database_table(pg_password, tmp_pa
 
 # --- credentials ----------------------------------------------------------------------------------------------------
 
-def test_a_password_in_the_policy_is_refused_without_being_shown(postgres, tmp_path) -> None:
+def test_a_password_in_the_policy_is_refused_without_being_shown(postgres, tmp_path, monkeypatch) -> None:
     for uri in (postgres.uri(password=True), f"{postgres.uri()}?password={PASSWORD}"):
         with pytest.raises(PolicyError) as failure:
             load_policy(_policy(tmp_path, uri, {"pid": {"type": "int"}}))
         assert "holds a password" in str(failure.value) and PASSWORD not in str(failure.value)
+    # A password holding '/' not percent-encoded: libpq would read 'Pa55' as the port and quote it in its message.
+    # Refused in the policy, and in uri_env, before any connection, without repeating any of it.
+    slashed = postgres.uri().replace("steward@", "steward:Pa55/w0rd@")
+    with pytest.raises(PolicyError, match="has an '@' past its host") as failure:
+        load_policy(_policy(tmp_path, slashed, {"pid": {"type": "int"}}))
+    assert "Pa55" not in str(failure.value) and "w0rd" not in str(failure.value)
+    monkeypatch.setenv("VISITS_DSN", slashed)
+    policy = write_policy(tmp_path / "env.toml", {"t": {"source": {"uri_env": "VISITS_DSN", "table": "t"},
+                                                        "privacy_unit": "pid", "max_rows_per_unit": 1,
+                                                        "columns": {"pid": {"type": "int"}}}})
+    with pytest.raises(PolicyError, match="the URI in VISITS_DSN has an '@' past its host") as failure:
+        DuckDBEngine(load_policy(policy), bounding_seed=1)
+    assert "Pa55" not in str(failure.value) and "w0rd" not in str(failure.value)
 
 
 def test_a_wrong_or_missing_password_fails_without_showing_any_secret(postgres, tmp_path, monkeypatch) -> None:

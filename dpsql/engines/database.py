@@ -1,7 +1,7 @@
 """Tables that live in a database: read through the database's ADBC driver, as Arrow, within one snapshot.
 
-A policy's database source (`source = { uri = ..., table = ... }`, policy.py) is read here and nowhere else: the
-loader (engines/loading.py) copies its rows into a DuckDB table and prepares them from there exactly as a file's, so
+A policy's database source (`source = { uri = ..., table = ... }`, policy.py) is read here and nowhere else:
+engines/staging.py copies its rows into a DuckDB table, and the loader prepares them from there exactly as a file's, so
 every defence that rests on DuckDB holds as it is; analyst SQL never reaches the database, only the steward's load
 and version queries do. One source kind, a driver per URI scheme (`DRIVERS`): PostgreSQL (libpq's binary COPY under
 adbc-driver-postgresql) and SQLite (adbc-driver-sqlite).
@@ -17,8 +17,9 @@ the rows come from the same snapshot, so the version a prepared store is labelle
 rows it holds, even while the table changes. The version is the steward's `version` query (e.g.
 `SELECT max(updated_at) FROM visits`: instant with an index), or by default, on PostgreSQL, the row count and the sum
 of each row's md5 (of the declared columns as read; any insert, update or delete changes it; a full scan on the
-server, about 1 s per million rows), and for SQLite the database file's fingerprint (its path, size, modification
-time and a sample of its content, with its -wal and -journal files), as for DuckDB files.
+server, about 1.5 s per million rows), and for SQLite the database file's fingerprint (its path, size, modification
+time and a sample of its content, with its -wal and -journal files), as for DuckDB files, taken before the snapshot
+begins.
 
 Errors never quote a value: a failure before any row is read (connecting, a table or column that does not exist)
 shows the driver's first line, scrubbed; a failure while rows are read (the version query, the data) shows only its
@@ -36,7 +37,7 @@ from typing import Any
 
 from dpsql.engines.versions import file_fingerprint, source_files
 from dpsql.errors import PolicyError
-from dpsql.policy import ColumnType, Policy, Source, without_passwords
+from dpsql.policy import MISPLACED_AT, ColumnType, Policy, Source, misplaced_at, without_passwords
 
 try:  # the `databases` extra; a policy with a database source says how to install it when it is missing
     import pyarrow as pa
@@ -89,6 +90,8 @@ class Credentials:
             value = os.environ.get(variable, "").strip()
             if not value:
                 raise SourceFailed(f"the environment variable {variable} (uri_env) is not set")
+            if misplaced_at(value):
+                raise SourceFailed(f"the URI in {variable} {MISPLACED_AT}")
             self.uri = value
         else:
             self.uri = source.pattern
