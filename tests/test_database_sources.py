@@ -548,6 +548,18 @@ def test_an_append_key_is_a_declared_ordered_column_of_a_postgresql_table(tmp_pa
         load_policy(write_policy(tmp_path / "p.toml", {"t": spec}))
 
 
+def test_a_column_dropped_from_a_table_its_store_was_built_from_is_named(pg_password, tmp_path) -> None:
+    """The version is asked of the declared columns; the append key's column lost by the table fails the store's
+    check as the build does, naming it (it was reported as a connection lost while the version was read)."""
+    name = _visits_table(pg_password)
+    policy = _policy(tmp_path, pg_password.uri(name), _VISITS, {"append_key": "id"}, store=True)
+    assert _opened(policy, "SELECT count(*) FROM {t}")[0]
+    with pg_password.connect(name) as con:
+        con.execute("ALTER TABLE t DROP COLUMN id")
+    with pytest.raises(PolicyError, match=r"table 't', key 'columns.id': the source has no column 'id'"):
+        DuckDBEngine(load_policy(policy), bounding_seed=1)
+
+
 def test_the_version_and_the_rows_come_from_one_snapshot(pg_password, tmp_path, monkeypatch) -> None:
     """A row committed between the build's version read and its rows read is not in the rows: the store's label
     (and its engine's data version, which answers are kept under) is the version of the very rows it holds

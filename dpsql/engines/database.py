@@ -571,8 +571,10 @@ def versions_now(policy: Policy) -> dict[str, bytes]:
         try:
             with DatabaseTable(table.source) as database:
                 columns = database.columns()
-                found[table.name] = database.version({name: columns[name] for name in table.columns
-                                                      if name in columns}).encode()
+                if any(name not in columns for name in table.columns):  # the build says which, and where
+                    found[table.name] = b"a declared column is missing"
+                    continue
+                found[table.name] = database.version({name: columns[name] for name in table.columns}).encode()
         except SourceFailed as exc:
             raise PolicyError(f"policy {policy.path.name}: table '{table.name}', key 'source': {table.source.shown}: "
                               f"{exc}") from None
