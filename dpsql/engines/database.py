@@ -422,11 +422,11 @@ class DatabaseTable:
             raise SourceFailed("append_key needs a PostgreSQL source: SQLite's rows have no checksum to check that "
                                "the rows kept are unchanged")
         largest = None
+        key = None if self.source.append_key is None else self.driver.quote(columns[self.source.append_key].name)
         try:
             self._cursor.execute(sql)
             count, total = self._cursor.fetchall()[0]
-            if self.source.append_key is not None:
-                key = self.driver.quote(columns[self.source.append_key].name)
+            if key is not None:
                 self._cursor.execute(f"SELECT max({key})::text FROM {self._from}{self._where(columns, keys)}")
                 largest = self._cursor.fetchall()[0][0]
         except Exception as exc:
