@@ -240,6 +240,10 @@ class Policy:
     prepare_memory_limit: str | None = None
     engine: EngineChoice = field(default_factory=lambda: EngineChoice())  # [engine] kind, master, [engine.spark]
     limits: WorkLimits = field(default_factory=WorkLimits)  # [engine] max_joins, max_joined_rows, max_person_slowdown
+    # The measurement store ([reuse] measurements; default beside the ledger; None: answers are never derived from
+    # released measurements), and whether an analyst's answers may be derived from others' ([reuse] shared).
+    measurements: Path | None = None
+    share_measurements: bool = False
 
     def table(self, name: str) -> TablePolicy | None:
         return self.tables.get(name.lower())
@@ -262,7 +266,7 @@ def load_policy(path: str | Path) -> Policy:
     except RecursionError:  # tomllib reads nested arrays and inline tables recursively
         raise PolicyError(f"policy {path}: not valid TOML (arrays or inline tables nested too deeply)") from None
     reader = _Reader(path)
-    reader.keys(raw, "", {"budget", "tables", "engine", "server"})
+    reader.keys(raw, "", {"budget", "tables", "engine", "server", "reuse"})
     tables_raw = reader.require(raw, "", "tables", dict)
     if not tables_raw:
         reader.fail("", "tables", "declare at least one table")
@@ -304,9 +308,17 @@ def load_policy(path: str | Path) -> Policy:
                                                            "supported with kind = \"spark\"")
     if choice.kind == "spark" and engine.get("store") is True:  # Spark's store is a folder of Parquet files
         store = budget.ledger.parent / f"{path.stem}.store.spark"
+    reuse = reader.typed(raw.get("reuse", {}), "", "reuse", dict)
+    reader.keys(reuse, "[reuse]", {"measurements", "shared"})
+    measurements = None
+    named = reuse.get("measurements", True)
+    if named is not False:  # true (the default): beside the ledger; a file name: relative to the policy
+        measurements = _server_file(reader, {} if named is True else {"measurements": named}, "measurements",
+                                    f"{path.stem}.measurements.sqlite", path, budget, "[reuse]")
+    shared = reader.typed(reuse.get("shared", False), "[reuse]", "shared", bool)
     return Policy(path, tables, budget, time_limit, users_path, answers_path, store, memory_limit,
                   prepare_memory_limit=prepare_memory_limit or memory_limit, engine=choice,
-                  limits=_work_limits(reader, engine))
+                  limits=_work_limits(reader, engine), measurements=measurements, share_measurements=shared)
 
 
 def _work_limits(reader: _Reader, engine: dict) -> WorkLimits:
@@ -383,11 +395,12 @@ def _store_file(reader: _Reader, engine: dict, path: Path, budget: BudgetPolicy)
     return named if named.is_absolute() else path.parent / named
 
 
-def _server_file(reader: _Reader, server: dict, key: str, default: str, path: Path, budget: BudgetPolicy) -> Path:
-    """A file of the server's, steward-owned: named relative to the policy, or by default beside the ledger."""
-    name = reader.typed(server.get(key, default), "[server]", key, str)
+def _server_file(reader: _Reader, server: dict, key: str, default: str, path: Path, budget: BudgetPolicy,
+                 section: str = "[server]") -> Path:
+    """A file of the steward's: named relative to the policy, or by default beside the ledger."""
+    name = reader.typed(server.get(key, default), section, key, str)
     if not name.strip():
-        reader.fail("[server]", key, "must name a file")
+        reader.fail(section, key, "must name a file")
     named = Path(name).expanduser()
     if not named.is_absolute():  # relative to the ledger's folder, so the default sits beside the ledger
         named = (budget.ledger.parent if key not in server else path.parent) / named

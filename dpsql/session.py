@@ -11,7 +11,7 @@ import contextlib
 import getpass
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -32,14 +32,19 @@ from dpsql.errors import DataError, ExecutionFailed, ProgrammingError, QueryReje
 from dpsql.planning.accuracy import budget_for_accuracy
 from dpsql.planning.aggregates import VOCABULARY
 from dpsql.planning.plan import Budget, Cost, QueryPlan, plan
-from dpsql.policy import MechanismKind, Policy, load_policy
-from dpsql.release.cells import release, release_no_groups, with_buckets
+from dpsql.planning.reuse import Grouping, grouping_of
+from dpsql.planning.spending import Choice, Requirement, as_accurate_as, choose, targets_of
+from dpsql.planning.targets import accuracy_of, sized_in_two_stages, targets, two_stages
+from dpsql.policy import Accounting, MechanismKind, Policy, load_policy
+from dpsql.release.cells import MeasuredCells, release, release_combined, release_no_groups, with_buckets
 from dpsql.release.postprocess import PostProcessor
+from dpsql.rewrite.identity import relation_identity
 from dpsql.rewrite.passes import BoundedQuery, rewrite
 from dpsql.sql.names import RELEASED
 from dpsql.sql.parse import DIALECT, ParsedQuery, parse
 from dpsql.store.answers import AnswerStore, StoredAnswer, answer_key
 from dpsql.store.ledger import BudgetLedger, Charge, Spending, exact
+from dpsql.store.measurements import MeasurementStore, NewMeasurement, relation_key
 
 _PREPARED_CACHE = 256
 _MIN_EPSILON = 1e-9  # below this the noise scale of a sum overflows a float, and answers are pure noise anyway
@@ -63,6 +68,11 @@ class PrivateResult:
     plan: QueryPlan | None  # None for a query of public tables only (no noise, no plan)
     released_groups: int  # groups that passed partition selection, before HAVING, ORDER BY and LIMIT
     cached_at: str | None = None  # when the answer was first released, if this is that answer again (cost 0)
+    charge: int | None = None  # the ledger entry of this answer (its cost, maybe 0, and its note)
+    # What released measurements it was derived from (planning/reuse.py), and its note: "derived from released
+    # measurements, no charge", or the reduced charge; empty when it was measured as on its own.
+    derived_from: tuple[str, ...] = ()
+    note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +90,11 @@ class PreparedQuery:
     key_types: list[str]
     output_types: list[str]  # the DuckDB type of each released column, found by the rehearsal (a wire Describe)
     canonical: str  # the query as parsed, parameters bound, without comments: what the answer cache keys on
+    # With a measurement store: the query's groups and its relation's key (store/measurements.relation_key), when its
+    # measurements can be stored and derived (public groups: planning/reuse.grouping_of); None otherwise.
+    grouping: Grouping | None = None
+    relation: str | None = None
+    asked: Mapping[int, float] = field(default_factory=dict)  # with an accuracy: each aggregate's target half-width
 
 
 class PrivateSession:
@@ -89,7 +104,8 @@ class PrivateSession:
                  epsilon: float | None = None, rng: RandomSource | None = None,
                  bounding_seed: int | None = None, threads: int | None = None, create_ledger: bool = False,
                  engine: Engine | None = None, answers: AnswerStore | None = None,
-                 quantile_intervals: bool = True, database: str | None = None) -> None:
+                 quantile_intervals: bool = True, database: str | None = None, reuse: bool = False,
+                 measurements: MeasurementStore | None = None, share_measurements: bool | None = None) -> None:
         self.policy = policy if isinstance(policy, Policy) else load_policy(policy)
         # The database the declared tables are in, as tools qualify them (`<database>.public.visits`): the name a
         # server's client connected with, else the policy file's stem.
@@ -111,6 +127,15 @@ class PrivateSession:
         # Answers already released, returned again at no cost (store/answers.py); None: every query is answered
         # afresh, as the library and the CLI do (a seeded test that repeats a query expects new noise).
         self.answers = answers
+        # Released measurements, from which later answers are derived (planning/reuse.py); None: every answer is
+        # measured on its own, as the library does unless asked (`reuse=True`: the policy's store, [reuse]
+        # measurements; or a store given, as the server shares one). Whose measurements an analyst's answers may
+        # use: their own, unless the policy shares them ([reuse] shared).
+        self._owns_measurements = measurements is None and reuse
+        if self._owns_measurements:
+            measurements = measurement_store(self.policy, self.engine)
+        self.measurements = measurements
+        self.share_measurements = self.policy.share_measurements if share_measurements is None else share_measurements
         self._prepared: dict[tuple, PreparedQuery] = {}
         self._public: dict[tuple, str | None] = {}
         self._parses: dict[tuple, ParsedQuery] = {}
@@ -128,25 +153,78 @@ class PrivateSession:
         if accuracy is not None and epsilon is not None:
             raise ProgrammingError("ask with an epsilon or with an accuracy, not both")
         budget = self._budget(epsilon, quantile_intervals)
-        key = (sql, repr(parameters), budget, accuracy)
+        asked_accuracy = accuracy_of(accuracy) if accuracy is not None else None
+        key = (sql, repr(parameters), budget, str(asked_accuracy) if asked_accuracy is not None else None)
         prepared = self._prepared.get(key)
         if prepared is None:
             parsed = self._parsed(sql, parameters)
             canonical = parsed.tree.sql(DIALECT, comments=False)
             facts = self.engine.public_facts()
             checked = check(normalize(parsed, self.policy, facts), self.policy, VOCABULARY, facts)
-            if accuracy is not None:
-                budget = budget_for_accuracy(checked, accuracy, budget, exact(self.policy.budget.epsilon), plan)
+            asked = targets(checked, asked_accuracy) if asked_accuracy is not None else {}
+            if asked_accuracy is not None:
+                budget = budget_for_accuracy(checked, asked, budget, exact(self.policy.budget.epsilon), plan)
             query_plan = plan(checked, budget)
             bounded = rewrite(query_plan, listed=self.engine.lists_earlier_rows)
             key_types = self.engine.dry_run(bounded.sql)[:bounded.key_count]
             for _, sql in bounded.buckets:
                 self.engine.dry_run(sql)
-            prepared = PreparedQuery(query_plan, bounded, key_types, self._rehearse(query_plan, key_types), canonical)
+            grouping, relation = self._relation(query_plan)
+            if asked_accuracy is not None:
+                canonical += f" -- accuracy {asked_accuracy}"  # another answer than at the epsilon it may share
+            prepared = PreparedQuery(query_plan, bounded, key_types, self._rehearse(query_plan, key_types), canonical,
+                                     grouping, relation, asked)
             if len(self._prepared) >= _PREPARED_CACHE:
                 self._prepared.pop(next(iter(self._prepared)))
             self._prepared[key] = prepared
         return prepared
+
+    def _relation(self, query_plan: QueryPlan) -> tuple[Grouping | None, str | None]:
+        """The query's groups and its relation's key in the measurement store, when its measurements can be stored
+        and derived (public groups, no grouping sets)."""
+        grouping = grouping_of(query_plan.query)
+        if grouping is None:
+            return None, None
+        identity = relation_identity(query_plan, self.engine.lists_earlier_rows)
+        return grouping, relation_key(self.engine.data_version, self.engine.ranking, identity)
+
+    def plan_for(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None, *,
+                 epsilon: float | None = None, accuracy: float | None = None,
+                 quantile_intervals: bool | None = None) -> QueryPlan:
+        """The plan the query would run now: with released measurements at hand, the way that derives from them
+        (its cost maybe reduced or nothing; QueryPlan.combination says how), else the plan as on its own. For
+        explain: reads no data and spends nothing."""
+        prepared = self.prepare(sql, parameters, epsilon=epsilon, accuracy=accuracy,
+                                quantile_intervals=quantile_intervals)
+        choice = self._reuse(prepared) if not sized_in_two_stages(prepared.plan.query, prepared.asked) else None
+        return choice.plan if choice is not None else prepared.plan
+
+    def _reuse(self, prepared: PreparedQuery, store: MeasurementStore | None = None,
+               requirements: Sequence[Requirement] | None = None, ceiling: Fraction | None = None) -> Choice | None:
+        """How released measurements can stand in for the query's (planning/spending.py), if that costs less (than
+        the query on its own, or `ceiling`)."""
+        store = store if store is not None else self.measurements
+        if store is None or prepared.relation is None or prepared.grouping is None or not prepared.plan.measurements:
+            return None
+        stored = store.candidates(prepared.relation, self.analyst, self.share_measurements)
+        if not stored:
+            return None
+        return choose(prepared.plan, stored, prepared.grouping,
+                      requirements if requirements is not None else _requirements(prepared.plan, prepared.asked),
+                      ceiling)
+
+    def _keep(self, prepared: PreparedQuery, query_plan: QueryPlan, measured: Sequence[MeasuredCells | None],
+              charge: int | None, store: MeasurementStore | None = None) -> None:
+        """Store the measurements just released (their charge committed), for later answers to derive from."""
+        store = store if store is not None else self.measurements
+        if store is None or prepared.relation is None or prepared.grouping is None or not measured:
+            return
+        found = []
+        for m, target, cells in zip(query_plan.measurements, targets_of(query_plan), measured, strict=True):
+            if cells is not None and target is not None:
+                found.append(NewMeasurement(m.spec.label, target, prepared.grouping, m.mechanism, m.spec.step, cells))
+        with contextlib.suppress(Exception):  # released and paid for, kept or not
+            store.put(prepared.relation, self.analyst, charge, found)
 
     def _rehearse(self, query_plan: QueryPlan, key_types: list[str]) -> list[str]:
         """Run the stages after the charge on no groups at all: whatever fails whatever the data (an interval's
@@ -181,27 +259,103 @@ class PrivateSession:
                                     self.ledger.spending(self.analyst))
         if not query_plan.measurements:
             # Public keys and nothing measured: the declared values are the answer; no data, no charge, no entry.
-            return self._answer(prepared, self.ledger.spending(self.analyst), read_data=False)
-        # Refused or written here, before the data is read; the commit's fsync runs while the data is read, and
-        # nothing is released (nor stored) before `wait` says the charge is on disk. A commit that fails raises
-        # LedgerError there, and the answer is dropped.
-        pending = self.ledger.begin_charge(self.analyst, query_plan.cost, sql)
-        # Everything after the charge touched the data, so whether it fails, and how, could depend on one row: any
-        # exception (an engine error, the time limit, a conversion, two groups merging, a bug in release or
-        # post-processing) becomes the one generic error. It is raised once the exception is suppressed, so that
-        # not even its __context__ keeps the original exception, whose message might quote a value.
-        result = None
-        try:
-            with contextlib.suppress(Exception):
-                result = self._answer(prepared, pending.spending)
-        finally:
-            pending.wait()
-        if result is None:
-            raise ExecutionFailed()
+            return self._answer(prepared, self.ledger.spending(self.analyst), read_data=False)[0]
+        if sized_in_two_stages(query_plan.query, prepared.asked):
+            result = self._sized(prepared, sql)
+        else:
+            result = self._charged(prepared, sql, self._reuse(prepared))
         if key is not None and self.answers is not None:
             with contextlib.suppress(Exception):  # the answer is released and paid for, kept or not
                 self.answers.put(key, result.rows, result.intervals, result.noise_std, result.released_groups)
         return result
+
+    def _charged(self, prepared: PreparedQuery, sql: str, choice: Choice | None,
+                 store: MeasurementStore | None = None, note: str | None = None) -> PrivateResult:
+        """Charge, run, release and keep the query: as planned on its own, or as `choice` derives it from released
+        measurements (planning/spending.py: decided from the plans and the laws of the released noise, before the
+        charge and without the data; what is measured now runs as its own bounded query, dry-run here like any)."""
+        run = choice.plan if choice is not None else prepared.plan
+        now = None
+        if choice is not None and choice.combination.measured:
+            now = rewrite(replace(run, measurements=tuple(run.measurements[j] for j in choice.combination.measured)),
+                          listed=self.engine.lists_earlier_rows).sql
+            self.engine.dry_run(now)
+        note = note or _note(choice, prepared.plan)
+        # Refused or written here, before the data is read; the commit's fsync runs while the data is read, and
+        # nothing is released (nor stored) before `wait` says the charge is on disk. A commit that fails raises
+        # LedgerError there, and the answer is dropped.
+        pending = self.ledger.begin_charge(self.analyst, run.cost, sql, note=note)
+        # Everything after the charge touched the data, so whether it fails, and how, could depend on one row: any
+        # exception (an engine error, the time limit, a conversion, two groups merging, a bug in release or
+        # post-processing) becomes the one generic error. It is raised once the exception is suppressed, so that
+        # not even its __context__ keeps the original exception, whose message might quote a value.
+        answered = None
+        try:
+            with contextlib.suppress(Exception):
+                answered = self._answer(prepared, pending.spending, run=run, now=now)
+        finally:
+            pending.wait()
+        if answered is None:
+            raise ExecutionFailed()
+        result, measured = answered
+        self._keep(prepared, run, measured, pending.charge, store)
+        derived = tuple(s.name for s in choice.combination.used() if s.stored is not None) if choice else ()
+        return replace(result, charge=pending.charge, derived_from=derived, note=note)
+
+    def _sized(self, prepared: PreparedQuery, sql: str) -> PrivateResult:
+        """A query with an accuracy for AVG, VAR or STDDEV, in two stages (planning/targets.py): the counts they
+        divide by first, measured as a default query would (or estimated from released ones as good), then the
+        rest at the least epsilon that meets every target when each count is at its lower 95% bound. Both charged:
+        the second stage's epsilon depends on the first's noisy counts, which is post-processing of a release
+        already paid for (a privacy filter: the ledger refuses what the budget cannot take)."""
+        if prepared.grouping is None or prepared.relation is None:
+            raise QueryRejected("an accuracy for AVG, VAR or STDDEV needs declared values for every group key (and no "
+                                "grouping sets): the counts of groups chosen by partition selection cannot size it")
+        store = self.measurements if self.measurements is not None else \
+            MeasurementStore(None, self.engine.data_version)  # the first stage's counts must reach the second
+        staged = two_stages(prepared.plan, prepared.asked, replace(prepared.plan.budget, epsilon=_epsilon(
+            self.default_epsilon if self.default_epsilon is not None else self.policy.budget.query_epsilon)))
+        counts, epsilon = staged.first_stage(store.candidates(prepared.relation, self.analyst,
+                                                              self.share_measurements), prepared.grouping)
+        costs = []
+        if counts:
+            first = replace(staged.reference, measurements=tuple(counts[j] for j in sorted(counts)), recipes=(),
+                            cost=Cost(epsilon, Fraction(0)), output_weights=(), combination=None)
+            costs.append(self._measured_only(prepared, sql, first, store, staged.first_note))
+        stored = store.candidates(prepared.relation, self.analyst, self.share_measurements)
+        requirements = staged.second_requirements(stored, prepared.grouping)
+        left = exact(self.ledger.spending(self.analyst).epsilon_remaining)
+        second = self._reuse(prepared, store, requirements, left) if left > 0 else None
+        if second is None:
+            charged = "the counts' charge stays, and they are kept for reuse" if costs else "nothing was charged"
+            raise ProgrammingError(f"{staged.asked_text}: the counts say the smallest group has about "
+                                   f"{staged.smallest(stored, prepared.grouping):.4g} rows, too few for that accuracy "
+                                   f"within the epsilon left ({float(left):g}); {charged}. Ask with a wider "
+                                   "accuracy, of larger groups, or with an epsilon")
+        note = staged.second_note if second.cost.epsilon else None
+        result = self._charged(prepared, sql, second, store, note)
+        costs.append(result.cost)
+        notes = [staged.first_note] if len(costs) > 1 else []
+        return replace(result, cost=_total(costs, self.policy.budget.accounting),
+                       note="; ".join([*notes, result.note or "derived from released measurements, no charge"]))
+
+    def _measured_only(self, prepared: PreparedQuery, sql: str, query_plan: QueryPlan, store: MeasurementStore,
+                       note: str) -> Cost:
+        """Charge, measure and keep `query_plan`'s measurements, releasing no output (a first stage: its counts
+        are stored for the second stage, and any later answer, to derive from)."""
+        now = rewrite(query_plan, listed=self.engine.lists_earlier_rows).sql
+        self.engine.dry_run(now)
+        pending = self.ledger.begin_charge(self.analyst, query_plan.cost, sql, note=note)
+        measured = None
+        try:
+            with contextlib.suppress(Exception):  # after the charge: one generic error whatever happened
+                measured = release(query_plan, self.engine.run(now), self.rng, prepared.grouping).measured
+        finally:
+            pending.wait()
+        if measured is None:
+            raise ExecutionFailed()
+        self._keep(prepared, query_plan, measured, pending.charge, store)
+        return query_plan.cost
 
     def measure(self, prepared: PreparedQuery) -> list[tuple[Any, ...]]:
         """The exact measurements per group: the bounded query's rows, each quantile's counts from its own query
@@ -212,13 +366,21 @@ class PrivateSession:
         return with_buckets(prepared.plan, rows, {read_by: self.engine.run(sql)
                                                   for read_by, sql in prepared.bounded.buckets})
 
-    def _answer(self, prepared: PreparedQuery, spending: Spending, read_data: bool = True) -> PrivateResult:
-        query_plan = prepared.plan
-        rows = self.measure(prepared) if read_data else []
-        cells = release(query_plan, rows, self.rng)
+    def _answer(self, prepared: PreparedQuery, spending: Spending, read_data: bool = True,
+                run: QueryPlan | None = None, now: str | None = None,
+                ) -> tuple[PrivateResult, tuple[MeasuredCells | None, ...]]:
+        """The answer, and the measurements it released (to store). `run`: the plan to answer with, when it derives
+        from released measurements (`now`: the SQL of those measured now, None if none is)."""
+        query_plan = run if run is not None else prepared.plan
+        if query_plan.combination is not None:
+            rows = self.engine.run(now) if now is not None else []
+            cells = release_combined(query_plan, query_plan.combination, rows, self.rng, prepared.grouping)
+        else:
+            rows = self.measure(prepared) if read_data else []
+            cells = release(query_plan, rows, self.rng, prepared.grouping)
         final = self.post.run(query_plan.query, prepared.key_types, cells)
         answer = StoredAnswer(final.rows, final.intervals, final.stds, len(cells.keys), at="")
-        return self._result(prepared, answer, query_plan.cost, spending, types=final.types)
+        return self._result(prepared, answer, query_plan.cost, spending, types=final.types), cells.measured
 
     @staticmethod
     def _result(prepared: PreparedQuery, answer: StoredAnswer, cost: Cost, spending: Spending,
@@ -351,6 +513,8 @@ class PrivateSession:
         return self.ledger.history(analyst)
 
     def close(self) -> None:
+        if self._owns_measurements and self.measurements is not None:
+            self.measurements.close()
         if self._owns_engine:
             self.engine.close()
         self.post.close()
@@ -364,6 +528,40 @@ class PrivateSession:
             raise ProgrammingError(f"epsilon {float(value):g} is more than the whole budget ({budget.epsilon:g})")
         intervals = self.quantile_intervals if quantile_intervals is None else quantile_intervals
         return Budget(value, exact(budget.query_delta), budget.accounting, budget.mechanism, bool(intervals))
+
+
+def measurement_store(policy: Policy, engine: Engine) -> MeasurementStore | None:
+    """The policy's measurement store for answers from this engine ([reuse] measurements): in memory when the engine's
+    ranking of each person's rows is its own (a fresh secret salt: no other engine caps the same rows), None when the
+    policy keeps none."""
+    if policy.measurements is None:
+        return None
+    return MeasurementStore(policy.measurements if engine.ranking_persistent else None, engine.data_version)
+
+
+def _requirements(query_plan: QueryPlan, asked: Mapping[int, float]) -> list[Requirement]:
+    """What each output must reach: the asked half-width, or else what it gets on its own at the query's epsilon."""
+    alone = as_accurate_as(query_plan)
+    return [Requirement(width=asked[i]) if i in asked else alone[i] for i in range(len(query_plan.recipes))]
+
+
+def _total(costs: Sequence[Cost], accounting: Accounting) -> Cost:
+    """What several charges of one answer cost together: epsilons add (pure), or rho does (zCDP)."""
+    delta = sum((c.delta for c in costs), Fraction(0))
+    if accounting is Accounting.PURE:
+        return Cost(sum((c.epsilon for c in costs), Fraction(0)), delta)
+    rho = sum((c.rho for c in costs), Fraction(0))
+    return Cost(Fraction(math.sqrt(2 * rho)), delta)
+
+
+def _note(choice: Choice | None, alone: QueryPlan) -> str | None:
+    """The ledger's note of an answer derived from released measurements."""
+    if choice is None:
+        return None
+    if not choice.cost.epsilon:
+        return "derived from released measurements, no charge"
+    return (f"reusing released measurements: epsilon {float(choice.cost.epsilon):g} instead of "
+            f"{float(alone.cost.epsilon):g}")
 
 
 def build_engine(policy: Policy, *, bounding_seed: int | None = None, threads: int | None = None,

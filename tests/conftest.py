@@ -16,6 +16,7 @@ import pytest
 
 from benchmarks.support import create_ledger, seeded
 from dpsql.session import PrivateSession
+from tests import sizes
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_data"
@@ -29,19 +30,50 @@ def copy_visits_data(folder: Path) -> None:
         shutil.copy(SAMPLE / name, folder / name)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # Before the test modules are imported: their sweep sizes are read at import (tests/sizes.py).
+    sizes.FAST = "not slow" in (config.option.markexpr or "")
+
+
+def _pums_policy(folder: Path) -> Path:
+    for name in ("pums.toml", "PUMS_pid.csv"):
+        shutil.copy(SAMPLE / "pums" / name, folder / name)
+    return create_ledger(folder / "pums.toml")
+
+
+def _visits_policy(folder: Path) -> Path:
+    for name in VISITS_FILES:
+        shutil.copy(SAMPLE / name, folder / name)
+    return create_ledger(folder / "visits.toml")
+
+
 @pytest.fixture
 def pums_policy(tmp_path: Path) -> Path:
     """The shipped PUMS policy, with its data and a fresh ledger in a temporary folder."""
-    for name in ("pums.toml", "PUMS_pid.csv"):
-        shutil.copy(SAMPLE / "pums" / name, tmp_path / name)
-    return create_ledger(tmp_path / "pums.toml")
+    return _pums_policy(tmp_path)
 
 
 @pytest.fixture
 def visits_policy(tmp_path: Path) -> Path:
-    for name in VISITS_FILES:
-        shutil.copy(SAMPLE / name, tmp_path / name)
-    return create_ledger(tmp_path / "visits.toml")
+    return _visits_policy(tmp_path)
+
+
+# One session shared by a module's refusal cases: each case asserts that its refused query spent nothing, so a fresh
+# session per case (opening one was most of their time) would check nothing more.
+@pytest.fixture(scope="module")
+def refusing_pums_session(tmp_path_factory: pytest.TempPathFactory):
+    session = PrivateSession(_pums_policy(tmp_path_factory.mktemp("pums")), "tester", rng=seeded(1),
+                             bounding_seed=7)
+    yield session
+    session.close()
+
+
+@pytest.fixture(scope="module")
+def refusing_visits_session(tmp_path_factory: pytest.TempPathFactory):
+    session = PrivateSession(_visits_policy(tmp_path_factory.mktemp("visits")), "tester", rng=seeded(3),
+                             bounding_seed=5)
+    yield session
+    session.close()
 
 
 @pytest.fixture

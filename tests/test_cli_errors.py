@@ -13,6 +13,7 @@ from sqlglot.tokens import Tokenizer
 
 from dpsql.errors import Error
 from dpsql.session import PrivateSession
+from tests.sizes import cases
 from tests.test_cli import run
 
 
@@ -98,7 +99,7 @@ def test_malformed_sql_never_speaks_python(visits_policy: Path) -> None:
     session = PrivateSession(visits_policy, "fuzz")
     crashed, python = [], []
     try:
-        for _ in range(2000):
+        for _ in range(cases(2000)):
             sql = _mutated(rng, rng.choice(FUZZ_BASES))
             try:
                 session.describe(sql)

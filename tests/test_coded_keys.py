@@ -22,6 +22,7 @@ from dpsql.rewrite import passes
 from dpsql.rewrite.passes import rewrite
 from dpsql.sql import names
 from dpsql.sql.parse import parse
+from tests.sizes import cases
 
 GROUPS = ["a", "b", "c"]
 LEVELS = [0, 1, 2, 3]
@@ -47,7 +48,7 @@ def _released(rows: list[tuple], keys: int) -> list[tuple]:
 
 
 @pytest.mark.slow  # a property test of many generated cases: the full suite runs it
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=cases(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(units=st.lists(st.lists(_row, min_size=1, max_size=6), min_size=1, max_size=15), m=st.integers(1, 3),
        seed=st.one_of(st.none(), st.integers(0, 2**31)))
 def test_grouping_by_codes_releases_what_grouping_by_values_does(tmp_path_factory, monkeypatch, units, m,

@@ -31,7 +31,9 @@ def _tail(below: int, above: int, q: Fraction, scale: float, h: float) -> float:
 
 @pytest.mark.parametrize(("below", "above", "q", "scale"),
                          [(0, 1, Fraction(1), 0.325), (1, 0, Fraction(0), 1.0), (1, 1, Fraction(1, 2), 0.5),
-                          (2, 1, Fraction(1, 10), 0.8), (1, 2, Fraction(9, 10), 1.3)])
+                          # Three noises: the brute-force tail sums about a million terms (seconds each).
+                          pytest.param(2, 1, Fraction(1, 10), 0.8, marks=pytest.mark.slow),
+                          pytest.param(1, 2, Fraction(9, 10), 1.3, marks=pytest.mark.slow)])
 def test_the_half_width_is_the_least_h_whose_tail_is_within_the_level(below: int, above: int, q: Fraction,
                                                                       scale: float) -> None:
     h = upper_half_width(below, above, q, scale, 0.025)

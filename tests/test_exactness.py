@@ -17,8 +17,9 @@ import pytest
 
 import dpsql.analysis.check
 from benchmarks.exactness import SOURCES, Summary, compare
+from tests.sizes import cases
 
-QUERIES, SEED = 150, 29
+QUERIES, SEED = cases(150, floor=60), 29
 
 
 @pytest.fixture(scope="module")

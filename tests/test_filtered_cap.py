@@ -22,12 +22,13 @@ from dpsql.rewrite import bounding
 from dpsql.rewrite.passes import rewrite
 from dpsql.sql import names
 from dpsql.sql.parse import parse
+from tests.sizes import cases
 
 units = st.lists(st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 9)), max_size=8),
                  min_size=1, max_size=12)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=cases(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(units=units, m=st.integers(1, 4), threshold=st.integers(-1, 9), seed=st.integers(0, 2**31))
 def test_the_filtered_cap_keeps_each_unit_s_first_m_filtered_rows(tmp_path_factory, units, m, threshold,
                                                                    seed) -> None:
@@ -88,7 +89,7 @@ def _reference_cap(tree: exp.Select, table, max_rows: int, prepared: str, alias:
     return tree.qualify(window <= max_rows, copy=False)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=cases(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 # No seed: production's row hash and a mask that reads the sign of zeros (a seed ranks by the portable key, whose
 # mask takes every double for varying).
 @given(units=st.lists(_unit, min_size=1, max_size=10), m=st.integers(1, 3), t=st.integers(0, 4),
@@ -153,7 +154,7 @@ JOIN_QUERIES = ("SELECT t.grp, COUNT(*) FROM t JOIN k ON t.grp = k.grp WHERE k.w
                 "GROUP BY t.grp, k.w")
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=cases(20), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(units=st.lists(st.lists(st.tuples(st.sampled_from("abcd"), st.integers(0, 9)), min_size=1, max_size=5),
                       min_size=1, max_size=12), m=st.integers(1, 3))
 def test_a_join_reads_the_declared_values_flag_of_its_private_table(tmp_path_factory, monkeypatch, units,
@@ -204,7 +205,7 @@ _filter = st.recursive(st.sampled_from(_ATOMS), lambda inner: st.one_of(
 
 
 @pytest.mark.slow  # a property test of many generated cases: the full suite runs it
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=cases(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(units=st.lists(_unit, min_size=1, max_size=10), m=st.integers(1, 3), t=st.integers(0, 4),
        seed=st.one_of(st.none(), st.integers(0, 2**31)), condition=_filter)
 def test_the_filtered_cap_on_generated_filters_keeps_what_the_plain_window_keeps(tmp_path_factory, monkeypatch,

@@ -23,6 +23,7 @@ from dpsql.errors import QueryRejected
 from dpsql.planning.aggregates import VOCABULARY
 from dpsql.policy import MechanismKind, load_policy
 from dpsql.sql.parse import parse
+from tests.sizes import cases
 from tests.test_sensitivity import measurements
 
 TABLE = {"source": "t.csv", "privacy_unit": "pid", "columns": {
@@ -81,7 +82,7 @@ row = st.tuples(st.sampled_from(["a", "b", "c", "d"]), st.sampled_from(["x", "y"
                 st.one_of(st.none(), st.floats(min_value=-50, max_value=50, allow_nan=False)))
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=cases(30), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(units=st.lists(st.lists(row, max_size=6), min_size=1, max_size=5), m=st.integers(1, 3),
        removed=st.integers(0, 4), query=st.sampled_from(QUERIES),
        mechanism=st.sampled_from([MechanismKind.LAPLACE, MechanismKind.GAUSSIAN]))

@@ -52,10 +52,11 @@ def session(visits_policy: Path):
 
 
 @pytest.mark.parametrize(("sql", "message"), REFUSED)
-def test_joins_outside_the_rules_are_refused_with_the_rule_and_cost_nothing(session, sql, message) -> None:
+def test_joins_outside_the_rules_are_refused_with_the_rule_and_cost_nothing(refusing_visits_session, sql,
+                                                                          message) -> None:
     with pytest.raises(QueryRejected, match=message):
-        session.execute(sql)
-    assert session.spending("tester").queries == 0
+        refusing_visits_session.execute(sql)
+    assert refusing_visits_session.spending("tester").queries == 0
 
 
 def test_private_tables_of_different_units_are_not_joined(tmp_path: Path) -> None:
@@ -125,10 +126,10 @@ PER_UNIT_REFUSED = [
 
 
 @pytest.mark.parametrize(("sql", "message"), PER_UNIT_REFUSED)
-def test_per_unit_subqueries_outside_the_rules_are_refused(session, sql, message) -> None:
+def test_per_unit_subqueries_outside_the_rules_are_refused(refusing_visits_session, sql, message) -> None:
     with pytest.raises((QueryRejected, ProgrammingError), match=message):
-        session.execute(sql)
-    assert session.spending("tester").queries == 0
+        refusing_visits_session.execute(sql)
+    assert refusing_visits_session.spending("tester").queries == 0
 
 
 def test_a_per_unit_aggregation_is_answered_with_the_count_domain(session) -> None:

@@ -25,6 +25,7 @@ from dpsql.planning.plan import Budget, plan
 from dpsql.policy import Accounting, MechanismKind, load_policy
 from dpsql.rewrite.passes import rewrite
 from dpsql.sql.parse import parse
+from tests.sizes import cases
 
 QUERIES = [
     "SELECT COUNT(*), SUM(l.weight) FROM t JOIN look l ON t.city = l.city",
@@ -96,7 +97,7 @@ def _measurements(policy_path: Path, sql: str, seed: int):
 
 
 @pytest.mark.slow  # a property test of many generated cases: the full suite runs it
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=cases(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(units=datasets, m=st.integers(1, 3), removed=st.integers(0, 4), query=st.sampled_from(QUERIES),
        seed=st.integers(0, 2**31))
 def test_one_unit_moves_each_joined_measurement_by_at_most_its_sensitivity(tmp_path_factory, units, m, removed,

@@ -27,6 +27,7 @@ from dpsql.policy import load_policy
 from dpsql.session import PrivateSession
 from dpsql.sql.names import prepared_table
 from dpsql.sql.parse import DIALECT, parse
+from tests.sizes import cases
 
 ROOT = Path(__file__).resolve().parent.parent
 VISITS = load_policy(ROOT / "sample_data" / "visits.toml")
@@ -297,7 +298,8 @@ def test_normalised_queries_give_the_same_rows_as_written() -> None:
     generator = _Generator(rng)
     compared = flattened = 0
     unflattened: list[str] = []
-    for _ in range(600):
+    generated = cases(600)
+    for _ in range(generated):
         sql = generator.query()
         try:
             expected = _multiset(con, sql)
@@ -310,7 +312,8 @@ def test_normalised_queries_give_the_same_rows_as_written() -> None:
             unflattened.append(sql)
         else:
             flattened += 1
-    assert compared >= 400 and flattened == compared, unflattened  # every generated form is one the stage merges
+    # Two in three generated queries are valid DuckDB; every generated form is one the stage merges.
+    assert compared >= generated * 2 // 3 and flattened == compared, unflattened
 
 
 # ---- end to end: a nested query answers as its hand-flattened form, at the same cost ----

@@ -43,6 +43,7 @@ from dpsql.policy import Accounting, MechanismKind, load_policy
 from dpsql.release.cells import release
 from dpsql.rewrite.passes import rewrite
 from dpsql.sql.parse import parse
+from tests.sizes import cases
 
 LEVEL = 0.95
 LOWER, UPPER = -20.0, 10.0
@@ -171,7 +172,7 @@ def _generated_rows(seed: int, bounds: tuple) -> list[tuple]:
             for u in range(1, 13) for _ in range(chooser.randint(1, 4))]
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", range(cases(12, floor=3)))
 def test_a_generated_class_of_pair_queries_is_exact_without_noise(tmp_path: Path, seed: int) -> None:
     chooser = random.Random(seed)
     bounds = (chooser.choice(GENERATED_BOUNDS), chooser.choice(GENERATED_BOUNDS))

@@ -24,6 +24,7 @@ import dpsql
 from benchmarks.support import seeded
 from dpsql.errors import DataError
 from dpsql.sql.parse import parse
+from tests.sizes import cases
 
 # A slot is one place a parameter may stand: (the literal text, the Python value) for a fresh value each time.
 Slot = Callable[[], tuple[str, object]]
@@ -120,14 +121,14 @@ def _render(pieces: list[tuple[str, Callable | None]], style: str) -> tuple[str,
     return "".join(with_placeholders), "".join(with_literals), parameters
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=cases(300), deadline=None)
 @given(template=_template(), style=st.sampled_from(["qmark", "numeric", "named"]))
 def test_every_parameter_binds_to_the_placeholder_at_its_place_in_the_text(template, style) -> None:
     sql, expected, parameters = _render(template, style)
     assert parse(sql, parameters).tree == parse(expected).tree, (sql, parameters)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=cases(40), deadline=None)
 @given(template=_template())
 def test_numbered_placeholders_in_any_order_bind_by_number(template) -> None:
     sql, expected, parameters = _render(template, "numeric")

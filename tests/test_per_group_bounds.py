@@ -21,6 +21,7 @@ from dpsql.policy import load_policy
 from dpsql.session import PrivateSession
 from tests.conftest import create_ledger
 from tests.exact_tails import tail
+from tests.sizes import cases
 
 GROUPS = [f"g{i}" for i in range(12)]
 
@@ -35,7 +36,7 @@ def _spreads(m: int, k: int, r: int) -> list[tuple[int, ...]]:
     return found
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=cases(60), deadline=None)
 @given(st.integers(1, 9), st.integers(1, 9), st.integers(1, 9))
 def test_the_sensitivities_are_the_largest_a_unit_can_reach(m: int, k: int, r: int) -> None:
     k, r = min(k, m), min(r, m)

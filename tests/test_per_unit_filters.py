@@ -24,6 +24,7 @@ from dpsql.planning.plan import Budget, plan
 from dpsql.policy import Accounting, MechanismKind, load_policy
 from dpsql.rewrite.passes import rewrite
 from dpsql.sql.parse import parse
+from tests.sizes import cases
 
 QUERIES = [
     "SELECT COUNT(*), SUM(x) FROM t WHERE band = 1",
@@ -60,7 +61,7 @@ def _run(policy_path: Path, sql: str, seed: int):
 unit_rows = st.lists(st.tuples(st.sampled_from(["a", "b"]), st.one_of(st.none(), st.floats(0, 10))), max_size=6)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=cases(30), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(units=st.lists(unit_rows, min_size=1, max_size=6), m=st.integers(1, 3), removed=st.integers(0, 5),
        query=st.sampled_from(QUERIES), seed=st.integers(0, 2**31))
 def test_the_load_time_cap_keeps_the_sensitivity_and_the_answer(tmp_path_factory, units, m, removed, query,

@@ -17,12 +17,13 @@ from dpsql.planning.aggregates import VOCABULARY
 from dpsql.policy import load_policy
 from dpsql.sql import names
 from dpsql.sql.parse import DIALECT, parse
+from tests.sizes import cases
 
 _values = st.one_of(st.none(), st.sampled_from([-0.0, 0.0, 7.5, -9.0, 1e-9, 2.0 / 3.0]),
                     st.floats(-12, 12, allow_nan=False))
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=cases(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(units=st.lists(st.lists(_values, min_size=1, max_size=6), min_size=1, max_size=15), m=st.integers(1, 4))
 def test_per_unit_sums_of_the_loaded_integers_are_the_per_row_ones(tmp_path_factory, monkeypatch, units, m) -> None:
     folder = tmp_path_factory.mktemp("sums")
@@ -51,7 +52,7 @@ def test_per_unit_sums_of_the_loaded_integers_are_the_per_row_ones(tmp_path_fact
         engine.close()
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=cases(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(units=st.lists(st.lists(st.one_of(st.none(), st.integers(-20, 20)), min_size=1, max_size=6), min_size=1,
                       max_size=15), m=st.integers(1, 4), seed=st.one_of(st.none(), st.integers(0, 2**31)))
 def test_per_unit_sums_are_exact(tmp_path_factory, units, m, seed) -> None:

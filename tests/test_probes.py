@@ -31,15 +31,15 @@ def session(visits_policy: Path):
     "SELECT * FROM visits WHERE age > 3 AND 1 = 2",
     "SELECT * FROM (SELECT * FROM visits) AS t WHERE NULL",
 ])
-def test_a_probe_returns_the_declared_columns_without_data_or_charge(session, monkeypatch, sql) -> None:
+def test_a_probe_returns_the_declared_columns_without_data_or_charge(refusing_visits_session, monkeypatch, sql) -> None:
     def no_data(query: str):
         raise AssertionError("a probe read the data")
-    monkeypatch.setattr(session.engine, "run", no_data)
-    result = session.execute(sql)
+    monkeypatch.setattr(refusing_visits_session.engine, "run", no_data)
+    result = refusing_visits_session.execute(sql)
     assert [c.name for c in result.columns] == DECLARED and result.rows == []
     assert [c.type for c in result.columns][:5] == ["BIGINT", "DATE", "VARCHAR", "VARCHAR", "BIGINT"]
-    assert result.cost.epsilon == 0 and session.history() == []
-    assert [c.name for c in session.describe(sql)] == DECLARED
+    assert result.cost.epsilon == 0 and refusing_visits_session.history() == []
+    assert [c.name for c in refusing_visits_session.describe(sql)] == DECLARED
 
 
 def test_a_probe_of_a_private_query_gives_its_output_columns(session) -> None:
@@ -56,10 +56,10 @@ def test_a_probe_of_a_private_query_gives_its_output_columns(session) -> None:
     ("SELECT * FROM visits WHERE age > 200", "individual rows"),  # no row today says nothing of the data
     ("SELECT * FROM visits LIMIT 1 - 1", "individual rows"),  # only a literal 0 is read as no row
 ])
-def test_reads_that_may_return_rows_stay_refused(session, sql, message) -> None:
+def test_reads_that_may_return_rows_stay_refused(refusing_visits_session, sql, message) -> None:
     with pytest.raises(QueryRejected, match=message):
-        session.execute(sql)
-    assert session.history() == []
+        refusing_visits_session.execute(sql)
+    assert refusing_visits_session.history() == []
 
 
 def test_an_aggregate_over_no_rows_is_one_row_and_goes_the_private_way(session) -> None:
@@ -80,6 +80,6 @@ def test_qualified_names_are_the_declared_table(visits_policy: Path, name: str) 
 
 
 @pytest.mark.parametrize("name", ["other.public.visits", "main.visits", '"Public".visits', "pg_catalog.visits"])
-def test_other_schemas_and_databases_are_unknown(session, name: str) -> None:
+def test_other_schemas_and_databases_are_unknown(refusing_visits_session, name: str) -> None:
     with pytest.raises((QueryRejected, ProgrammingError), match="only the policy's tables"):
-        session.execute(f"SELECT COUNT(*) FROM {name}")
+        refusing_visits_session.execute(f"SELECT COUNT(*) FROM {name}")

@@ -18,6 +18,7 @@ from dpsql.dp.quantile import (
     release,
     utility_tail,
 )
+from tests.sizes import cases
 
 SEED = 10
 
@@ -101,7 +102,7 @@ def test_the_sampler_draws_noisy_maxs_distribution(vector_from: int, monkeypatch
     utilities = [Fraction(0), Fraction(-1), Fraction(-3), Fraction(-1, 2)]
     expected = noisy_max_probabilities(utilities, Fraction(1), Fraction(1))
     rng = InsecureSeededRandomForTests(SEED)
-    draws = 20000
+    draws = cases(20000, floor=5000)
     seen = [0] * 4
     for _ in range(draws):
         seen[noisy_max(utilities, Fraction(1), Fraction(1), rng)] += 1

@@ -22,6 +22,7 @@ from dpsql.release.cells import release
 from dpsql.rewrite.quantile_buckets import bucket_of
 from dpsql.session import PrivateSession
 from tests.conftest import create_ledger
+from tests.sizes import cases
 
 SPELLINGS_OF_THE_MEDIAN = (
     "MEDIAN(income)", "QUANTILE_CONT(income, 0.5)", "QUANTILE_DISC(income, 0.5)", "QUANTILE(income, 0.5)",
@@ -146,7 +147,7 @@ def test_one_unit_moves_the_counts_per_candidate_by_at_most_m(tmp_path: Path) ->
     assert moved == {0: m, 1: m}  # the victim's m capped rows, each in one bucket of one group
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=cases(200), deadline=None)
 @given(st.lists(st.one_of(st.floats(allow_nan=False, width=64), st.sampled_from([0.0, -0.0, 5000.0, 4.8828125,
                                                                                   4.8828124999, math.inf])),
                 min_size=1, max_size=30),

@@ -96,11 +96,11 @@ REJECTED = [
 
 
 @pytest.mark.parametrize(("sql", "error", "message"), REJECTED)
-def test_bad_queries_are_rejected_clearly_and_cost_nothing(pums_session, sql, error, message) -> None:
-    before = pums_session.spending("tester")
+def test_bad_queries_are_rejected_clearly_and_cost_nothing(refusing_pums_session, sql, error, message) -> None:
+    before = refusing_pums_session.spending("tester")
     with pytest.raises(error, match=message):
-        pums_session.execute(sql)
-    after = pums_session.spending("tester")
+        refusing_pums_session.execute(sql)
+    after = refusing_pums_session.spending("tester")
     assert (after.epsilon_spent, after.delta_spent, after.queries) == (before.epsilon_spent, before.delta_spent,
                                                                        before.queries)
 

@@ -57,10 +57,10 @@ ESCAPES = [
 
 
 @pytest.mark.parametrize("sql", ESCAPES)
-def test_the_checker_refuses_every_escape_at_no_cost(pums_session, sql: str) -> None:
+def test_the_checker_refuses_every_escape_at_no_cost(refusing_pums_session, sql: str) -> None:
     with pytest.raises((QueryRejected, ProgrammingError)):
-        pums_session.execute(sql)
-    assert pums_session.spending("tester").queries == 0
+        refusing_pums_session.execute(sql)
+    assert refusing_pums_session.spending("tester").queries == 0
 
 
 def test_mixed_case_names_are_the_same_declared_objects(pums_session) -> None:
@@ -129,11 +129,11 @@ CONNECTIONS = {
 
 @pytest.mark.parametrize("connection", CONNECTIONS)
 @pytest.mark.parametrize("sql", SANDBOX_REFUSES)
-def test_every_connection_refuses_files_databases_extensions_and_settings(pums_session, connection: str,
+def test_every_connection_refuses_files_databases_extensions_and_settings(refusing_pums_session, connection: str,
                                                                           sql: str) -> None:
     """The raw connection itself, not the engine's run (which would turn any error into ExecutionFailed)."""
     with pytest.raises(duckdb.Error):
-        CONNECTIONS[connection](pums_session).execute(sql)
+        CONNECTIONS[connection](refusing_pums_session).execute(sql)
 
 
 @pytest.mark.parametrize("connection", CONNECTIONS)

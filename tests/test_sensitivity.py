@@ -27,6 +27,7 @@ from dpsql.planning.plan import Budget, plan
 from dpsql.policy import Accounting, MechanismKind, load_policy
 from dpsql.rewrite.passes import rewrite
 from dpsql.sql.parse import parse
+from tests.sizes import cases
 
 QUERIES = [
     "SELECT COUNT(*) FROM t",
@@ -93,7 +94,7 @@ DISTINCT_QUERIES = [
 
 
 @pytest.mark.slow  # a property test of many generated cases: the full suite runs it
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=cases(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(units=datasets, m=st.integers(1, 3), removed=st.integers(0, 5),
        query=st.sampled_from(QUERIES + DISTINCT_QUERIES), seed=st.integers(0, 2**31))
 def test_one_unit_moves_each_measurement_by_at_most_its_sensitivity(tmp_path_factory, units, m, removed, query,
@@ -186,7 +187,7 @@ def _pair_dataset(folder: Path, units: list[list[tuple]], m: int, bounds: tuple,
     return write_policy(folder / "p.toml", {"t": table})
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=cases(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(units=st.lists(st.lists(pair_row, max_size=6), min_size=1, max_size=5), m=st.integers(1, 4),
        removed=st.integers(0, 4), query=st.sampled_from(PAIR_QUERIES), budget=st.sampled_from(list(PAIR_BUDGETS)),
        bounds=st.tuples(st.sampled_from(PAIR_BOUNDS), st.sampled_from(PAIR_BOUNDS)),

@@ -124,13 +124,32 @@ def fiducial_interval(observed: Sequence[np.ndarray], scales: Sequence[float], g
                       output: Callable[..., np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(low, high, std) per cell of output(*truths), over candidate truths observed_i - scale_i * Z_i."""
     noise = _standard_noise(len(observed), gaussian)
+    return _fiducial(observed, [scale * noise[i] for i, scale in enumerate(scales)], level, output)
+
+
+def fiducial_interval_joint(observed: Sequence[np.ndarray], sources: Sequence[Callable[[np.ndarray], np.ndarray]],
+                            loadings: np.ndarray, level: float,
+                            output: Callable[..., np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """fiducial_interval for measurements whose noises are combinations of independent sources (derived cells,
+    planning/reuse.py): truth_i = observed_i - sum_s loadings[i, s] N_s, each source's N_s drawn evenly from its law
+    through its inverse CDF (`sources`), jointly over the sources, so that two measurements reading one source
+    move together."""
+    uniform = _low_discrepancy(_FIDUCIAL_POINTS, len(sources))
+    noise = np.array([inverse(uniform[:, s]) for s, inverse in enumerate(sources)])  # sources x points
+    deviations = [loadings[i] @ noise for i in range(len(observed))]
+    return _fiducial(observed, deviations, level, output)
+
+
+def _fiducial(observed: Sequence[np.ndarray], deviations: Sequence[np.ndarray], level: float,
+              output: Callable[..., np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(low, high, std) per cell of output(*truths) over the candidate truths observed_i - deviations_i (each a
+    vector over the same points)."""
     cells = len(observed[0])
     low, high, std = (np.empty(cells) for _ in range(3))
     tail = (1 - level) / 2
     for start in range(0, cells, _CHUNK):
         part = slice(start, min(start + _CHUNK, cells))
-        truths = [obs[part][:, None] - scale * noise[i][None, :]
-                  for i, (obs, scale) in enumerate(zip(observed, scales, strict=True))]
+        truths = [obs[part][:, None] - deviation[None, :] for obs, deviation in zip(observed, deviations, strict=True)]
         candidates = output(*truths)  # cells x points
         low[part], high[part] = _quantiles(candidates, tail)
         std[part] = candidates.std(axis=1)

@@ -32,6 +32,12 @@ class Engine(ABC):
     # What was loaded, as a fingerprint: the policy's text and each source file's path, size and modification time.
     # Two engines with the same version hold the same data, so an answer already released about it still holds.
     data_version: str
+    # Which ranking of each person's rows the tables carry (the salt's identity, never the salt): two engines with
+    # the same data version and ranking cap the same rows, so a measurement one released measures what the other's
+    # would (planning/reuse.py). `ranking_persistent`: it outlives this engine (a prepared store's, or a test's fixed
+    # seed); a fresh load draws a new secret salt, so its measurements are of no use to another engine.
+    ranking: str = ""
+    ranking_persistent: bool = False
     store_built: bool = False  # whether constructing this engine built the policy's prepared store
     # Whether each private table comes with its later-rows table (rewrite/bounding.later_rows), which the filtered
     # cap reads instead of ranking those rows again.

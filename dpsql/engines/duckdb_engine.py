@@ -95,7 +95,9 @@ class DuckDBEngine(Engine):
             self._con = con
             if policy.store is not None:
                 self.data_version = self._attach_store(policy, files, bounding_seed, config, progress)
+                token = store.build_token(con)
             else:
+                token = None
                 con.execute(f"CREATE SCHEMA {TWIN_SCHEMA}")
                 salt = store.new_salt(bounding_seed)
                 with duckdb_percent(con, progress) as percent:
@@ -104,6 +106,8 @@ class DuckDBEngine(Engine):
                         loader.load(table, salt)
                 # Database sources' versions as read in the snapshots their rows came from.
                 self.data_version = data_version(policy, {**files, **loader.versions})
+            self.ranking, self.ranking_persistent = store.ranking(
+                self.data_version, bounding_seed, store.load_sql(policy, portable_ranks(bounding_seed)), token)
             # A second client whose default schema holds empty tables of the same names and columns: the very SQL
             # that will run on the data is first run there, where no row can influence what happens.
             self._twin = con.cursor()

@@ -13,7 +13,7 @@ from sqlglot import exp
 
 from dpsql.engines.csv_shape import csv_problem
 from dpsql.engines.database import SourceFailed
-from dpsql.engines.exact_values import inexact
+from dpsql.engines.exact_values import inexact_column
 from dpsql.engines.progress import SILENT, Percent, Progress
 from dpsql.engines.staging import kept_in_store, stage
 from dpsql.errors import PolicyError, first_line
@@ -96,14 +96,15 @@ class TableLoader:
         """Fail on the first value that the load's cast would read as another value of its declared type (1.5 in an
         int column, a time of day in a date column: engines/exact_values.py), naming its column and row. One
         aggregate query over the source, and none when no column's source type can hold such a value."""
-        conditions = {name: inexact(_quoted(name), found[name], column.type) for name, column in table.columns.items()}
+        conditions = {name: inexact_column(name, found[name], column.type) for name, column in table.columns.items()}
         conditions = {name: condition for name, condition in conditions.items() if condition is not None}
         if not conditions:
             return
         try:
             rows, row = self._numbered(table)
-            firsts = self.con.execute(exp.select(*[exp.Filter(this=exp.Min(this=row.copy()), expression=exp.Where(
-                this=condition)) for condition in conditions.values()]).from_(rows).sql(DIALECT)).fetchone()
+            number = row.sql(DIALECT)
+            firsts = ", ".join(f"MIN({number}) FILTER (WHERE {condition})" for condition in conditions.values())
+            firsts = self.con.execute(f"SELECT {firsts} FROM {rows.sql(DIALECT)}").fetchone()
         except duckdb.Error:  # never shown: DuckDB's message may quote a row
             self._fail_shape(table)
             self._fail(table, "source", f"cannot read {table.source.shown!r} to the end (a damaged or truncated "

@@ -102,6 +102,9 @@ class SparkEngine(Engine):
         self._cached: list[Any] = []
         self.store_built = False  # whether this engine had to build the policy's prepared store
         salt = store.new_salt(bounding_seed)
+        # A Parquet store keeps no build token: without a fixed seed, this engine's ranking is its own.
+        self.ranking, self.ranking_persistent = store.ranking(
+            self.data_version, bounding_seed, store.load_sql(policy, portable=True, listed=False) + "|spark")
         private = [t for t in policy.tables.values() if not t.public]
         for table in private:
             for name, column in table.columns.items():

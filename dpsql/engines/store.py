@@ -49,6 +49,8 @@ from dpsql.sql.parse import DIALECT
 #    rounded (engines/exact_values.py).
 STORE_FORMAT = 4
 _IDENTITY_TABLE = "__dp_store_identity"
+# A random token drawn at each build: which ranking (which secret salt) the store's rows carry, never the salt itself.
+_BUILD_TABLE = "__dp_store_build"
 
 
 @dataclass(frozen=True)
@@ -142,6 +144,8 @@ def build(path: Path, policy: Policy, files: Mapping[str, bytes], bounding_seed:
             wanted = identity(version, bounding_seed, load)
             con.execute(f"CREATE TABLE {_IDENTITY_TABLE} (fingerprint VARCHAR, salt VARCHAR)")
             con.execute(f"INSERT INTO {_IDENTITY_TABLE} VALUES (?, ?)", [wanted.fingerprint, wanted.salt])
+            con.execute(f"CREATE TABLE {_BUILD_TABLE} (token VARCHAR)")
+            con.execute(f"INSERT INTO {_BUILD_TABLE} VALUES (?)", [secrets.token_hex(16)])
             with progress.step(f"writing the prepared store {path.name}"):
                 con.execute("CHECKPOINT")
         con.close()
@@ -190,6 +194,27 @@ def _remove_abandoned_builds(path: Path) -> None:
             shutil.rmtree(folder, ignore_errors=True)
         finally:
             os.close(lock)
+
+
+def build_token(con: duckdb.DuckDBPyConnection) -> str | None:
+    """The token of the build the store open as `con`'s default database came from (None: built before tokens)."""
+    try:
+        found = con.execute(f"SELECT token FROM {_BUILD_TABLE}").fetchall()
+    except duckdb.Error:
+        return None
+    return found[0][0] if len(found) == 1 else None
+
+
+def ranking(data_version: str, bounding_seed: int | None, load: str, token: str | None = None) -> tuple[str, bool]:
+    """The identity of a ranking of each person's rows, and whether it outlives the engine: a test's fixed seed
+    ranks alike every time (with the same load SQL and DuckDB); a store's secret salt is the store build's (its
+    token); a fresh secret salt is this engine's alone."""
+    if bounding_seed is not None:
+        digest = hashlib.sha256(f"seed {bounding_seed}|{load}|{duckdb.__version__}".encode()).hexdigest()
+        return f"seed {digest}", True
+    if token is not None:
+        return f"store {hashlib.sha256(f'{data_version}|{token}'.encode()).hexdigest()}", True
+    return f"load {secrets.token_hex(16)}", False
 
 
 def new_salt(bounding_seed: int | None) -> int:

@@ -24,11 +24,12 @@ from typing import Any
 import click
 
 from dpsql.engines.progress import Progress
-from dpsql.errors import BudgetExhausted, Error, NoTerminal, PolicyError, ProgrammingError, first_line
+from dpsql.errors import BudgetExhausted, DataError, Error, NoTerminal, PolicyError, ProgrammingError, first_line
 from dpsql.frontends.explain import explain
 from dpsql.frontends.format import FORMATS, render, summary, why_no_rows
 from dpsql.frontends.progress import for_stream
 from dpsql.frontends.skeleton import skeleton, todos_left
+from dpsql.planning.targets import Accuracy, accuracy_of
 from dpsql.policy import load_policy
 from dpsql.session import PrivateSession
 from dpsql.sql.parse import TextParameter
@@ -85,9 +86,26 @@ class EpsilonType(click.ParamType):
 
 _epsilon_option = click.option("--epsilon", type=EpsilonType(), default=None,
                                help="The privacy cost of this query (default: the policy's query_epsilon).")
-_accuracy_option = click.option("--accuracy", type=EpsilonType(), default=None,
-                                help="Instead of --epsilon: the largest 95% half-width wanted for every noisy cell "
-                                     "(COUNT and SUM); dpsql charges the smallest epsilon that gives it.")
+class AccuracyType(click.ParamType):
+    """--accuracy: one number for every noisy column, or NAME=VALUE[%] pairs separated by commas, per output column
+    (planning/targets.py); malformed text is a usage error."""
+
+    name = "accuracy"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Accuracy:
+        if isinstance(value, Accuracy):
+            return value
+        try:
+            return accuracy_of(value if "=" in value else EpsilonType().convert(value, param, ctx))
+        except DataError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+_accuracy_option = click.option("--accuracy", type=AccuracyType(), default=None,
+                                help="Instead of --epsilon: the largest 95% half-width wanted for every noisy cell, "
+                                     "or per column as NAME=VALUE pairs (VALUE% of the column's range for AVG, VAR, "
+                                     "STDDEV); dpsql charges the least epsilon that gives it (AVG, VAR, STDDEV in "
+                                     "two stages: the count, then the rest).")
 _ci_option = click.option("--ci", is_flag=True,
                           help="Show each noisy value's 95% confidence interval. A quantile (MEDIAN, MIN, ...) then "
                                "spends a quarter of its epsilon on its interval; without --ci its value has all.")
@@ -138,12 +156,12 @@ def main() -> None:
 @_param_option
 @_quiet_option
 @_errors_as_messages
-def query(sql: str, policy: Path, epsilon: Fraction | float | None, accuracy: Fraction | float | None,
+def query(sql: str, policy: Path, epsilon: Fraction | float | None, accuracy: Accuracy | None,
           analyst: str | None, fmt: str, ci: bool, params: tuple[str, ...], quiet: bool) -> None:
     """Run SQL privately: charge the budget, add calibrated noise, print the answer."""
     progress = _analyst_progress(quiet)
     with progress.step("loading the tables"):
-        session = PrivateSession(policy, analyst)
+        session = PrivateSession(policy, analyst, reuse=True)
     try:
         # A quantile's interval costs a quarter of its epsilon: measured only when it is shown.
         with progress.step("running the query"):
@@ -163,19 +181,20 @@ def query(sql: str, policy: Path, epsilon: Fraction | float | None, accuracy: Fr
 @_policy_option
 @_epsilon_option
 @_accuracy_option
+@_analyst_option
 @_ci_option
 @_param_option
 @_quiet_option
 @_errors_as_messages
-def explain_command(sql: str, policy: Path, epsilon: Fraction | float | None, accuracy: Fraction | float | None,
-                    ci: bool, params: tuple[str, ...], quiet: bool) -> None:
-    """Show the rewritten SQL, each cell's mechanism, noise and interval, and the cost. Spends nothing."""
+def explain_command(sql: str, policy: Path, epsilon: Fraction | float | None, accuracy: Accuracy | None,
+                    analyst: str | None, ci: bool, params: tuple[str, ...], quiet: bool) -> None:
+    """Show the rewritten SQL, each cell's mechanism, noise and interval, and the cost (with the released
+    measurements it would derive from). Spends nothing."""
     with _analyst_progress(quiet).step("loading the tables"):
-        session = PrivateSession(policy)
+        session = PrivateSession(policy, analyst, reuse=True)
     try:
-        prepared = session.prepare(sql, _parameters(params), epsilon=epsilon, accuracy=accuracy,
-                                   quantile_intervals=ci)
-        click.echo(explain(prepared.plan, listed=session.engine.lists_earlier_rows))
+        plan = session.plan_for(sql, _parameters(params), epsilon=epsilon, accuracy=accuracy, quantile_intervals=ci)
+        click.echo(explain(plan, listed=session.engine.lists_earlier_rows))
     finally:
         session.close()
 

@@ -95,18 +95,22 @@ def Binary(value: bytes) -> bytes:
 
 def connect(policy: str | Path, analyst: str | None = None, epsilon: float | None = None, *,
             rng: RandomSource | None = None, bounding_seed: int | None = None,
-            threads: int | None = None, create_ledger: bool = False, quantile_intervals: bool = True) -> Connection:
+            threads: int | None = None, create_ledger: bool = False, quantile_intervals: bool = True,
+            reuse: bool = True) -> Connection:
     """Open a private connection: load the policy's tables into a sandboxed engine and open the ledger.
 
     `epsilon` is the default cost of each query (else the policy's query_epsilon). `create_ledger` makes the
     budget ledger if it does not exist yet: the steward's first start, never a way round a deleted ledger.
     `quantile_intervals=False` gives each quantile's (MEDIAN, QUANTILE_CONT, MIN, MAX) whole epsilon to its value
     and leaves its cell without an interval (cursor.intervals None); by default a quarter measures the interval.
+    `reuse` derives answers from measurements already released where that costs less (the policy's [reuse]
+    measurements store; README "Reusing released measurements"); False measures every answer on its own.
     `rng` and `bounding_seed` are for tests and benchmarks only: production noise comes from the operating
     system's secure generator.
     """
     session = PrivateSession(policy, analyst, epsilon=epsilon, rng=rng, bounding_seed=bounding_seed,
-                             threads=threads, create_ledger=create_ledger, quantile_intervals=quantile_intervals)
+                             threads=threads, create_ledger=create_ledger, quantile_intervals=quantile_intervals,
+                             reuse=reuse)
     return Connection(session)
 
 
@@ -157,7 +161,7 @@ class Connection:
                 epsilon: float | None = None, accuracy: float | None = None) -> str:
         """What the query would run and cost (with `accuracy`: the epsilon it would charge for it), without running
         it or spending budget."""
-        return explain(self.session.prepare(operation, parameters, epsilon=epsilon, accuracy=accuracy).plan,
+        return explain(self.session.plan_for(operation, parameters, epsilon=epsilon, accuracy=accuracy),
                        listed=self.session.engine.lists_earlier_rows)
 
     def budget(self, analyst: str | None = None, *, everyone: bool = False) -> Spending:

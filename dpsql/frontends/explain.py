@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from sqlglot import exp
 
@@ -10,9 +11,9 @@ from dpsql.analysis.person_work import PersonWork
 from dpsql.dp.quantile import zcdp_epsilon
 from dpsql.dp.quantile_interval import INTERVAL_SHARE
 from dpsql.planning.aggregates import LEVEL, aggregate
-from dpsql.planning.aggregates.base import number
+from dpsql.planning.aggregates.base import LinearAggregate, number
 from dpsql.planning.contribution import contribution
-from dpsql.planning.measurements import Measurement, MeasurementKind
+from dpsql.planning.measurements import Measurement, MeasurementKind, OutputRecipe
 from dpsql.planning.plan import QueryPlan
 from dpsql.policy import Accounting, MechanismKind
 from dpsql.rewrite.passes import pretty, pretty_buckets
@@ -42,24 +43,59 @@ def explain(query_plan: QueryPlan, listed: bool = True) -> str:
     lines += ["", f"Measurements ({share} split to minimise the summed squared relative error of the outputs, "
                   "assuming values spread over their bounds):"]
     header = ("", "measures", "mechanism", "sensitivity", share, "noise scale", f"{LEVEL:.0%} +/-")
-    rows = [header] + [_measurement_row(i, m) for i, m in enumerate(query_plan.measurements)]
-    if query_plan.measurements:
+    combination = query_plan.combination
+    now = range(len(query_plan.measurements)) if combination is None else combination.measured
+    rows = [header] + [_measurement_row(i, query_plan.measurements[i]) for i in now]
+    if combination is not None and not combination.measured:
+        lines.append("  none measured now: every measurement is estimated from released ones (below); the data is "
+                     "not read and nothing is charged")
+    elif query_plan.measurements:
         lines += _table(rows)
     else:
         lines.append("  none: the answer is the keys' declared public values; the data is not read and nothing is "
                      "charged")
     lines += _shared_shares(query_plan)
+    if combination is not None:
+        lines += _reused(query_plan)
     lines += ["", "Outputs (post-processing of the measurements, free):"]
     for recipe in query_plan.recipes:
-        lines.append(f"  {recipe.call.text} = {aggregate(recipe.call).explain(recipe, query_plan.measurements)}")
+        lines.append(f"  {recipe.call.text} = {_output(query_plan, recipe)}")
     if _post_processes(query_plan):
         lines += ["", f"Then, on the noisy cells only: {_readable_outer(query_plan)}"]
+    if combination is not None:
+        if not combination.measured:
+            return "\n".join(lines)
+        query_plan = replace(query_plan, measurements=tuple(query_plan.measurements[j] for j in combination.measured))
     lines += ["", "Rewritten SQL (runs on the data, enforces the bounds):", _indent(pretty(query_plan, listed=listed))]
     for indices, sql in pretty_buckets(query_plan, listed=listed):
         read_by = ", ".join(f"m{i}" for i in indices)
         lines += ["", f"Rows per candidate for {read_by} (a query of its own over the same bounded rows):",
                   _indent(sql)]
     return "\n".join(lines)
+
+
+def _output(query_plan: QueryPlan, recipe: OutputRecipe) -> str:
+    """How an output follows from the measurements; over estimates, a linear output's interval is their law's."""
+    kind = aggregate(recipe.call)
+    if query_plan.combination is None or not isinstance(kind, LinearAggregate):
+        return kind.explain(recipe, query_plan.measurements)
+    value = kind.formula(recipe, query_plan.measurements)[0]
+    width = kind.width(recipe, query_plan.measurements, query_plan.combination)
+    return f"{value}; {LEVEL:.0%} interval +/-{number(width)} (the law of the combined released noises)"
+
+
+def _reused(query_plan: QueryPlan) -> list[str]:
+    """How each measurement is estimated from released ones and those measured now (planning/reuse.py)."""
+    combination = query_plan.combination
+    assert combination is not None
+    lines = ["", "Estimated from released measurements of the same rows (their noise already paid for: free; each the "
+                 "least-variance unbiased combination, its interval from the exact law of its summed noises):"]
+    steps = [m.spec.step for m in query_plan.measurements]
+    for j, estimate in enumerate(combination.estimates):
+        parts = " + ".join(f"{number(float(c))} x [{combination.sources[s].name}]" for c, s in estimate)
+        width = combination.law(((1.0, j),), steps).half_width(LEVEL)
+        lines.append(f"  m{j} {query_plan.measurements[j].spec.label} = {parts}; {LEVEL:.0%} +/-{number(width)}")
+    return lines
 
 
 def _work(work: PersonWork) -> list[str]:
@@ -104,6 +140,9 @@ def _readable_outer(query_plan: QueryPlan) -> str:
 def _cost(query_plan: QueryPlan) -> str:
     cost = query_plan.cost
     text = f"epsilon {float(cost.epsilon):g}, delta {float(cost.delta):g}"
+    if query_plan.combination is not None:
+        text += " (derived from released measurements, no charge)" if not cost.epsilon else \
+            " (what is missing, measured now and combined with released measurements)"
     if query_plan.budget.accounting is Accounting.ZCDP:
         text += f" (zCDP: rho {float(cost.rho):g})"
     return text + f"; mechanism {query_plan.budget.mechanism.value}"

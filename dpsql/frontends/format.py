@@ -28,7 +28,8 @@ def summary(result: PrivateResult, analyst: str) -> str:
     """One line on what the query cost and what is left, for stderr."""
     cost, left = result.cost, result.spending
     delta = f", delta {float(cost.delta):g}" if cost.delta else ""
-    return (f"cost: epsilon {float(cost.epsilon):g}{delta}; {analyst} has epsilon {left.epsilon_remaining:g} "
+    how = f" ({result.note})" if result.note else ""
+    return (f"cost: epsilon {float(cost.epsilon):g}{delta}{how}; {analyst} has epsilon {left.epsilon_remaining:g} "
             f"of {left.epsilon_total:g} left; 95% intervals shown with --ci")
 
 

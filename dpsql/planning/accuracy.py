@@ -1,11 +1,11 @@
-"""Ask for accuracy, not epsilon: the smallest epsilon whose plan gives every released noisy cell a 95% interval no
-wider than +/- the asked accuracy.
+"""Ask for accuracy, not epsilon: the smallest epsilon whose plan gives every released noisy cell with a target
+(planning/targets.py) a 95% interval no wider than +/- it.
 
-Which queries qualify: those whose every noisy output is an aggregate as such (not an expression of one) with a
-half-width fixed by the plan alone: COUNT, COUNT(DISTINCT ...), SUM (LinearAggregate: a fixed combination of
-measurements, the same half-width in every group, clamping only shrinks it). AVG, VAR, STDDEV divide by a noisy
-count, and a quantile's interval follows the rows around its value: their widths depend on the data, so a query
-with one of them is refused with the reason, before anything is read or charged.
+Here: the outputs whose half-width the plan alone fixes: COUNT, COUNT(DISTINCT ...), SUM (LinearAggregate: a fixed
+combination of measurements, the same half-width in every group, clamping only shrinks it). AVG, VAR, STDDEV divide
+by a noisy count, so their targets are met in two stages (session.py, planning/targets.py); a quantile's interval
+follows the rows around its value, and an expression of an aggregate is no aggregate: those are refused with the
+reason (targets.py), before anything is read or charged.
 
 The search reads only the SQL, the policy and the plan, never the data, so the epsilon it picks says nothing about
 the data. Epsilons are searched on a grid of three significant digits (1.00e-9, 1.01e-9, ..., 9.99e5): the answer
@@ -17,18 +17,15 @@ a bisection over the grid finds it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from fractions import Fraction
 
-from sqlglot import exp
-
 from dpsql.analysis.check import CheckedQuery
-from dpsql.errors import ProgrammingError, QueryRejected, shown
+from dpsql.errors import ProgrammingError
 from dpsql.planning.aggregates import aggregate
 from dpsql.planning.aggregates.base import LinearAggregate
 from dpsql.planning.plan import Budget, QueryPlan
-from dpsql.sql import names
 
 _DIGITS = 900  # grid values per decade: 1.00 .. 9.99
 _LOWEST = -9  # the first decade: 1e-9 (the session's smallest epsilon)
@@ -45,36 +42,36 @@ def widest_half_width(query_plan: QueryPlan) -> float:
     return max((aggregate(r.call).width(r, query_plan.measurements) for r in query_plan.recipes), default=0.0)
 
 
-def refuse_unsized(query: CheckedQuery) -> None:
-    """QueryRejected unless every released noisy cell has a half-width the plan alone fixes."""
-    for call in query.aggregates:
-        if not isinstance(aggregate(call), LinearAggregate):
-            raise QueryRejected(f"{call.text}: its interval depends on the data (AVG, VAR and STDDEV divide by a noisy "
-                                "count; a quantile's interval follows the rows around its value), so no epsilon can "
-                                "be chosen for an accuracy before running it: ask with an epsilon, or ask for SUM and "
-                                "COUNT, which an accuracy can size")
-    for name, item, noisy in zip(query.output_names, query.outer.expressions, query.output_noisy, strict=True):
-        if noisy and not (isinstance(item.this, exp.Column) and names.aggregate_index(item.this) is not None):
-            raise QueryRejected(f"output {name}: an accuracy sizes the aggregates themselves; compute with them after "
-                                "the query, or ask with an epsilon")
+def widest_asked(query_plan: QueryPlan, asked: Mapping[int, float]) -> tuple[float, float]:
+    """Of the linear outputs given a target (by aggregate index), the largest ratio of half-width to target, and that
+    half-width: at most 1 when every one is met."""
+    worst = (0.0, 0.0)
+    for index, target in asked.items():
+        recipe = query_plan.recipes[index]
+        kind = aggregate(recipe.call)
+        if isinstance(kind, LinearAggregate):
+            width = kind.width(recipe, query_plan.measurements)
+            worst = max(worst, (width / target, width))
+    return worst
 
 
-def budget_for_accuracy(query: CheckedQuery, accuracy: float, template: Budget, ceiling: Fraction,
+def budget_for_accuracy(query: CheckedQuery, asked: Mapping[int, float], template: Budget, ceiling: Fraction,
                         make_plan: Callable[[CheckedQuery, Budget], QueryPlan]) -> Budget:
     """The budget (template's accounting, mechanism and delta) with the smallest grid epsilon, at most `ceiling`,
-    whose plan meets the accuracy; ProgrammingError naming the widest half-width when even `ceiling` does not."""
-    if isinstance(accuracy, bool) or not isinstance(accuracy, int | float | Fraction) or not (
-            math.isfinite(float(accuracy)) and accuracy > 0):
-        raise ProgrammingError(f"accuracy must be a finite number > 0, got {shown(accuracy)}")
-    refuse_unsized(query)
+    whose plan gives every linear output with a target (planning/targets.py) a half-width within it;
+    ProgrammingError naming the widest when even `ceiling` does not. Without a linear target, the template."""
+    if not any(isinstance(aggregate(query.aggregates[i]), LinearAggregate) for i in asked):
+        return template
 
     def meets(index: int) -> bool:
-        return widest_half_width(make_plan(query, replace(template, epsilon=grid_epsilon(index)))) <= accuracy
+        return widest_asked(make_plan(query, replace(template, epsilon=grid_epsilon(index))), asked)[0] <= 1
 
-    low, high = 0, _index_at_most(ceiling)
+    low, high = 0, index_at_most(ceiling)
     if high < 0 or not meets(high):
-        widest = widest_half_width(make_plan(query, replace(template, epsilon=ceiling))) if high >= 0 else math.inf
-        raise ProgrammingError(f"an accuracy of +/-{float(accuracy):g} needs more than epsilon {float(ceiling):g} "
+        widest = widest_asked(make_plan(query, replace(template, epsilon=ceiling)), asked)[1] if high >= 0 else \
+            math.inf
+        target = min(asked.values())
+        raise ProgrammingError(f"an accuracy of +/-{target:g} needs more than epsilon {float(ceiling):g} "
                                f"(at that epsilon the widest 95% interval is +/-{widest:.4g})")
     if meets(low):
         return replace(template, epsilon=grid_epsilon(low))
@@ -87,7 +84,7 @@ def budget_for_accuracy(query: CheckedQuery, accuracy: float, template: Budget, 
     return replace(template, epsilon=grid_epsilon(high))
 
 
-def _index_at_most(ceiling: Fraction) -> int:
+def index_at_most(ceiling: Fraction) -> int:
     """The largest grid index whose epsilon is at most `ceiling` (-1 if none)."""
     low, high = -1, _DIGITS * 20
     while high - low > 1:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
@@ -30,6 +30,7 @@ from dpsql.errors import QueryRejected
 from dpsql.planning.aggregates import aggregate
 from dpsql.planning.contribution import Contribution, contribution
 from dpsql.planning.measurements import Measurement, MeasurementKind, MeasurementSpec, Measures, OutputRecipe, Pair
+from dpsql.planning.reuse import Combination
 from dpsql.policy import Accounting, MechanismKind
 
 MAX_PUBLIC_CELLS = 100_000
@@ -80,6 +81,13 @@ class QueryPlan:
     selection: Selection | None
     cost: Cost
     budget: Budget  # what the plan was made for: its accounting and mechanism
+    # Per budget item (MeasurementSpec.budget_item), the weight the split gave it: `remeasured` splits anew with it.
+    item_weights: tuple[tuple[tuple, float], ...] = field(default=(), repr=False, compare=False)
+    # Per output (recipe), (measurement index, weight) pairs: how much one unit of that measurement's noise variance
+    # (value units) adds to that output's squared relative error, as the split assumes (planning/spending.py).
+    output_weights: tuple[tuple[tuple[int, float], ...], ...] = field(default=(), repr=False, compare=False)
+    # When the measurements are estimated from released ones: how (planning/reuse.py); None: all measured now.
+    combination: Combination | None = field(default=None, repr=False, compare=False)
 
     @property
     def max_rows(self) -> int:
@@ -172,9 +180,59 @@ class _Candidate:
     items: list[int]  # per measurement, its budget item (measurements of disjoint rows share one)
     weights: list[float]  # per budget item, in value units, floored
     score: float
+    output_weights: tuple[tuple[tuple[int, float], ...], ...] = ()
 
 
 def plan(query: CheckedQuery, budget: Budget) -> QueryPlan:
+    """The plan of least expected error among the ways of measuring the query (the first of equals)."""
+    setting = _setting(query, budget)
+    best = min(setting.candidates, key=lambda candidate: candidate.score)  # the first of equals: the order is fixed
+    return _planned(query, budget, setting, best)
+
+
+def candidate_plans(query: CheckedQuery, budget: Budget) -> list[QueryPlan]:
+    """Every way of measuring the query, as a plan at `budget`, best first: when released measurements can stand in
+    for some, another way may cost less (planning/spending.py)."""
+    setting = _setting(query, budget)
+    ordered = sorted(setting.candidates, key=lambda candidate: candidate.score)  # stable: the first of equals first
+    found: dict[tuple, QueryPlan] = {}
+    for candidate in ordered:
+        key = tuple(spec.key for spec in candidate.specs)
+        if key not in found:
+            found[key] = _planned(query, budget, setting, candidate)
+    return list(found.values())
+
+
+def remeasured(query_plan: QueryPlan, items: Sequence[tuple], epsilon: Fraction) -> dict[int, Measurement]:
+    """The plan's measurements of these budget items, measured at a total cost of `epsilon` split between the items
+    as the plan weighs them (by index in the plan): what measuring only part of a plan costs."""
+    budget = replace(query_plan.budget, epsilon=epsilon)
+    zcdp = budget.accounting is Accounting.ZCDP
+    weights = dict(query_plan.item_weights)
+    total = epsilon**2 / 2 if zcdp else epsilon
+    shares = dict(zip(items, split(total, [weights[item] for item in items], zcdp), strict=True))
+    found = {}
+    for j, m in enumerate(query_plan.measurements):
+        if m.spec.budget_item in shares:
+            share = shares[m.spec.budget_item]
+            mechanism = m.mechanism
+            squared = mechanism.squared if isinstance(mechanism, GaussianMechanism) and mechanism.squared is not None \
+                else m.sensitivity**2
+            found[j] = Measurement(m.spec, m.sensitivity, share,
+                                   _mechanism(budget, m.spec, m.sensitivity, squared, share,
+                                              contribution(query_plan.query).max_rows))
+    return found
+
+
+@dataclass(frozen=True)
+class _Setting:
+    cells: int | None
+    needs_selection: bool
+    unit: Contribution
+    candidates: list[_Candidate]
+
+
+def _setting(query: CheckedQuery, budget: Budget) -> _Setting:
     cells = _public_cells(query)
     public = sum(math.prod(len(d) for d in g.domains) for g in groupings(query) if g.domains is not None) \
         if query.groupings else cells or 0
@@ -192,10 +250,14 @@ def plan(query: CheckedQuery, budget: Budget) -> QueryPlan:
     m = unit.max_rows  # with grouping sets, G m: each row counts once in each grouping
     gaussian = budget.mechanism is MechanismKind.GAUSSIAN
 
-    candidates = (_candidate(measures, recipes, unit, cells, gaussian, zcdp)
-                  for measures, recipes in _candidates(query, m, needs_selection))
-    best = min(candidates, key=lambda candidate: candidate.score)  # the first of equals, as the order is fixed
+    candidates = [_candidate(measures, recipes, unit, cells, gaussian, zcdp, outputs)
+                  for measures, recipes, outputs in _candidates(query, m, needs_selection)]
+    return _Setting(cells, needs_selection, unit, candidates)
 
+
+def _planned(query: CheckedQuery, budget: Budget, setting: _Setting, best: _Candidate) -> QueryPlan:
+    zcdp = budget.accounting is Accounting.ZCDP
+    unit, needs_selection, m = setting.unit, setting.needs_selection, setting.unit.max_rows
     total = budget.epsilon**2 / 2 if zcdp else budget.epsilon
     shares = split(total, best.weights, zcdp)
     measurements = tuple(
@@ -213,11 +275,13 @@ def plan(query: CheckedQuery, budget: Budget) -> QueryPlan:
         Cost(Fraction(0), Fraction(0))
     if not any(m.spec.kind is MeasurementKind.QUANTILE for m in measurements):
         budget = replace(budget, quantile_intervals=True)  # nothing to decide: the same plan, the same stored answer
-    return QueryPlan(query, measurements, best.recipes, selection, cost, budget)
+    # _candidate numbers the items in the order their first measurement comes
+    item_weights = tuple(zip(dict.fromkeys(spec.budget_item for spec in best.specs), best.weights, strict=True))
+    return QueryPlan(query, measurements, best.recipes, selection, cost, budget, item_weights, best.output_weights)
 
 
 def _candidate(measures: Measures, recipes: tuple[OutputRecipe, ...], unit: Contribution, cells: int | None,
-               gaussian: bool, zcdp: bool) -> _Candidate:
+               gaussian: bool, zcdp: bool, outputs: tuple[tuple[tuple[int, float], ...], ...] = ()) -> _Candidate:
     specs = measures.specs
     squared = [_l2_squared(s, unit, cells) for s in specs]
     sensitivities = [math.isqrt(q - 1) + 1 if q else 0 for q in squared] if gaussian else \
@@ -233,7 +297,7 @@ def _candidate(measures: Measures, recipes: tuple[OutputRecipe, ...], unit: Cont
     weights = [0.0] * len(index)
     for item, weight in zip(items, scaled, strict=True):
         weights[item] += weight
-    return _Candidate(specs, recipes, sensitivities, squared, items, weights, objective(weights, zcdp))
+    return _Candidate(specs, recipes, sensitivities, squared, items, weights, objective(weights, zcdp), outputs)
 
 
 def _mechanism(budget: Budget, spec: MeasurementSpec, sensitivity: int, squared: int, share: float,
@@ -294,8 +358,8 @@ def _threshold(mechanism: Mechanism, unit: Contribution, delta: float) -> int:
     return top + 1 + smallest(lambda k: worst(top + 1 + k) <= target)  # tails fall exponentially: gallop, bisect
 
 
-def _candidates(query: CheckedQuery, m: int,
-                needs_selection: bool) -> Iterator[tuple[Measures, tuple[OutputRecipe, ...]]]:
+def _candidates(query: CheckedQuery, m: int, needs_selection: bool) -> Iterator[
+        tuple[Measures, tuple[OutputRecipe, ...], tuple[tuple[tuple[int, float], ...], ...]]]:
     """Every way of measuring the outputs worth comparing: each bounded argument of SUM or AVG as a pair of
     complementary sums or not; each SUM not from a pair plain, or centered with a count; COUNT(*) as a count of its
     own, or as the sum of the counts of rows where a nullable argument is NULL and where it is not. The ways without
@@ -340,9 +404,18 @@ def _split_choices(query: CheckedQuery, needs_selection: bool) -> list[exp.Expre
 
 
 def _measure(query: CheckedQuery, m: int, needs_selection: bool, plain_sums: set, split_by: exp.Expression | None,
-             pairs: tuple[Pair, ...]) -> tuple[Measures, tuple[OutputRecipe, ...]]:
+             pairs: tuple[Pair, ...]) -> tuple[Measures, tuple[OutputRecipe, ...],
+                                               tuple[tuple[tuple[int, float], ...], ...]]:
     measures = Measures(split_by=split_by, pairs=pairs)
     recipes = tuple(aggregate(call).recipe(call, m, measures, call.key in plain_sums) for call in query.aggregates)
     if needs_selection:
         measures.use(MeasurementSpec(MeasurementKind.ROWS), 1.0)
-    return measures, recipes
+    # Each output's own weights: its recipe alone, its measurements found among the plan's.
+    index = {spec.key: i for i, spec in enumerate(measures.specs)}
+    outputs = []
+    for call in query.aggregates:
+        alone = Measures(split_by=split_by, pairs=pairs)
+        aggregate(call).recipe(call, m, alone, call.key in plain_sums)
+        outputs.append(tuple((index[spec.key], weight) for spec, weight in zip(alone.specs, alone.weights,
+                                                                               strict=True)))
+    return measures, recipes, tuple(outputs)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -20,7 +20,12 @@ from dpsql.errors import ExecutionFailed
 from dpsql.planning.aggregates import NoisyCells, aggregate
 from dpsql.planning.measurements import Measurement, MeasurementKind
 from dpsql.planning.plan import QueryPlan
+from dpsql.planning.reuse import OTHER, Combination, Grouping
 from dpsql.rewrite.quantile_buckets import vector
+
+# The noisy integer of every cell of a measurement's grouping (Grouping.cells: OTHER where a key is outside its
+# declared values), as the measurement store keeps it.
+MeasuredCells = dict[tuple[Any, ...], int]
 
 
 @dataclass(frozen=True)
@@ -30,9 +35,12 @@ class ReleasedCells:
     lows: np.ndarray
     highs: np.ndarray
     stds: np.ndarray
+    # With `grouping` given to release: per measurement of the plan (None for a quantile), its noisy cells to store.
+    measured: tuple[MeasuredCells | None, ...] = ()
 
 
-def release(plan: QueryPlan, rows: Sequence[tuple[Any, ...]], rng: RandomSource) -> ReleasedCells:
+def release(plan: QueryPlan, rows: Sequence[tuple[Any, ...]], rng: RandomSource,
+            grouping: Grouping | None = None) -> ReleasedCells:
     """The released cells, in an order that does not depend on the data.
 
     Public groups come in the order of their declared values. Groups found in the data come in the engine's
@@ -62,7 +70,30 @@ def release(plan: QueryPlan, rows: Sequence[tuple[Any, ...]], rng: RandomSource)
         order = uniform_permutation(len(keys), rng)
         keys, exact, noisy = [keys[i] for i in order], exact[order], noisy[order]
     _choose_candidates(plan.measurements, exact, noisy, rng)
-    return _outputs(plan, keys, noisy)
+    released = _outputs(plan, keys, noisy)
+    if grouping is None:
+        return released
+    return replace(released, measured=_measured(plan, grouping, keys, noisy, rows, rng))
+
+
+def release_combined(plan: QueryPlan, combination: Combination, rows: Sequence[tuple[Any, ...]], rng: RandomSource,
+                     grouping: Grouping) -> ReleasedCells:
+    """The cells of a plan whose measurements are estimated from released ones (planning/reuse.py): `rows` are the
+    bounded query's rows for the measurements measured now (combination.measured, in that order), which get their
+    noise here as any measurement does; then every measurement's estimate, and the outputs from those. The groups
+    are the public ones (reuse needs every key's declared values)."""
+    now = replace(plan, measurements=tuple(plan.measurements[j] for j in combination.measured), recipes=(),
+                  selection=None)
+    keys, exact = _cells(now, rows)
+    noisy = exact.copy()
+    for column, measurement in enumerate(now.measurements):
+        _add_noise(measurement, exact, noisy, column, rng)
+    measured = {j: list(noisy[:, column]) for column, j in enumerate(combination.measured)}
+    estimates = combination.values(len(keys), measured)
+    released = _outputs(plan, keys, estimates, combination)
+    stored = _measured(now, grouping, keys, noisy, rows, rng) if now.measurements else ()
+    return replace(released, measured=tuple(stored[combination.measured.index(j)] if j in combination.measured
+                                            else None for j in range(len(plan.measurements))))
 
 
 def with_buckets(plan: QueryPlan, rows: Sequence[tuple[Any, ...]],
@@ -95,13 +126,44 @@ def release_no_groups(plan: QueryPlan) -> ReleasedCells:
     return _outputs(plan, [], np.empty((0, len(plan.measurements)), dtype=object))
 
 
-def _outputs(plan: QueryPlan, keys: list[tuple[Any, ...]], noisy: np.ndarray) -> ReleasedCells:
+def _outputs(plan: QueryPlan, keys: list[tuple[Any, ...]], noisy: np.ndarray,
+             combination: Combination | None = None) -> ReleasedCells:
     """Each aggregate's value, interval and std from the noisy measurements of the released groups."""
-    cells = NoisyCells(plan.measurements, noisy)
+    cells = NoisyCells(plan.measurements, noisy, combination)
     columns = [aggregate(recipe.call).release(recipe, cells) for recipe in plan.recipes]
     shape = (len(keys), len(columns))
     stack = [np.array([c[k] for c in columns]).T.reshape(shape) for k in range(4)]
     return ReleasedCells(keys, *stack)
+
+
+def _measured(plan: QueryPlan, grouping: Grouping, keys: list[tuple[Any, ...]], noisy: np.ndarray,
+              rows: Sequence[tuple[Any, ...]], rng: RandomSource) -> tuple[MeasuredCells | None, ...]:
+    """Each additive measurement's noisy cells over the whole grouping: the released groups' (the public ones), and
+    with `grouping.others` one cell more per combination with a key outside its declared values (NULL included),
+    the exact sum of the engine's groups there plus fresh noise. Each row is in exactly one of all those cells, so
+    one unit moves the whole vector as much as it moves the public cells alone: the noise the charge paid for
+    covers them. Drawn after every released cell's noise, so that the released answer draws what it always drew."""
+    k = len(plan.query.keys)
+    public = dict(zip(keys, range(len(keys)), strict=True))
+    extended = [cell for cell in grouping.cells() if cell not in public]
+    sums = {cell: [0] * len(plan.measurements) for cell in extended}
+    for row in rows:
+        cell = tuple(v if v in domain else OTHER for v, domain in
+                     zip((_canonical(v) for v in row[:k]), grouping.domains, strict=True))
+        if cell in sums:
+            for j, value in enumerate(row[k:]):
+                if value is not None and plan.measurements[j].spec.kind is not MeasurementKind.QUANTILE:
+                    sums[cell][j] += int(value)
+    found: list[MeasuredCells | None] = []
+    for j, measurement in enumerate(plan.measurements):
+        if measurement.spec.kind is MeasurementKind.QUANTILE or not measurement.sensitivity:
+            found.append(None)
+            continue
+        cells = {key: int(noisy[g, j]) for key, g in public.items()}
+        for cell in extended:
+            cells[cell] = sums[cell][j] + measurement.mechanism.sample(rng)
+        found.append(cells)
+    return tuple(found)
 
 
 def _cells(plan: QueryPlan, rows: Sequence[tuple[Any, ...]]) -> tuple[list[tuple], np.ndarray]:

@@ -109,15 +109,26 @@ def _build(plan: QueryPlan, table: str, listed: bool = True) -> exp.Select:
     return aggregate_measurements(*_rows(plan, table, listed))
 
 
-def _rows(plan: QueryPlan, table: str, listed: bool = True) -> tuple[exp.Select, _Context]:
-    """The bounded rows, one per kept row (every pass but the aggregation), and the context they were built in."""
-    context = _Context(plan, table, _alias(plan), _arguments(plan), _whole_units(plan), listed, _coded_keys(plan))
+def _rows(plan: QueryPlan, table: str, listed: bool = True, passes: tuple[Pass, ...] | None = None,
+          alias: str | None = None) -> tuple[exp.Select, _Context]:
+    """The bounded rows, one per kept row (every pass but the aggregation, or those given), and the context they were
+    built in."""
+    context = _Context(plan, table, alias or _alias(plan), _arguments(plan), _whole_units(plan), listed,
+                       _coded_keys(plan))
     relation = plan.query.relation  # joined tables: their SQL, capped already, stands for the table
     source = relation.sql.subquery(context.alias) if relation is not None else exp.to_table(table).as_(context.alias)
     tree = exp.select("*", copy=False).from_(source, copy=False)
-    for step in ROW_PASSES:
+    for step in ROW_PASSES if passes is None else passes:
         tree = step(tree, context)
     return tree, context
+
+
+def kept_rows(plan: QueryPlan, alias: str, listed: bool = True) -> exp.Select:
+    """The rows the bounded query keeps, read as `alias` (the alias its expressions' columns name), before any key or
+    value is computed from them: the filter and the cap (with per-group bounds, that cap comes later and depends on
+    the keys: see rewrite/identity.py)."""
+    return _rows(plan, names.prepared_table(plan.query.table.name), listed, (filter_rows, cap_rows_per_unit),
+                 alias)[0]
 
 
 def _coded_keys(plan: QueryPlan) -> dict[int, ColumnPolicy]:

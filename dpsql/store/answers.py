@@ -86,7 +86,7 @@ class AnswerStore:
             return None
         try:
             answer = json.loads(found[1])
-            return StoredAnswer(rows=[tuple(map(_decode, row)) for row in answer["rows"]],
+            return StoredAnswer(rows=[tuple(map(decode_value, row)) for row in answer["rows"]],
                                 intervals=[tuple(None if i is None else (i[0], i[1]) for i in row)
                                            for row in answer["intervals"]],
                                 noise_std=[tuple(row) for row in answer["noise_std"]],
@@ -98,7 +98,7 @@ class AnswerStore:
             released_groups: int) -> bool:
         """Keep an answer just released; False (and nothing kept) if a value cannot be stored exactly."""
         try:
-            text = json.dumps({"rows": [[_encode(value) for value in row] for row in rows],
+            text = json.dumps({"rows": [[encode_value(value) for value in row] for row in rows],
                                "intervals": [[None if i is None else [_number(i[0]), _number(i[1])] for i in row]
                                              for row in intervals],
                                "noise_std": [[None if s is None else _number(s) for s in row] for row in noise_std],
@@ -126,7 +126,7 @@ def _number(value: Any) -> float:
 
 
 # Values as tagged JSON: each type the released rows hold, restored to the same Python type and value.
-def _encode(value: Any) -> Any:
+def encode_value(value: Any) -> Any:
     if value is None or isinstance(value, bool | str):
         return value
     if isinstance(value, int):
@@ -144,7 +144,7 @@ def _encode(value: Any) -> Any:
     raise TypeError(f"cannot keep a {type(value).__name__}")
 
 
-def _decode(value: Any) -> Any:
+def decode_value(value: Any) -> Any:
     if not isinstance(value, dict):
         return value
     (tag, text), = value.items()

@@ -41,7 +41,8 @@ CREATE TABLE IF NOT EXISTS charges (
     epsilon TEXT NOT NULL,
     delta TEXT NOT NULL,
     rho TEXT NOT NULL,
-    query TEXT NOT NULL
+    query TEXT NOT NULL,
+    note TEXT  -- how the answer was had: "derived from released measurements, no charge", a reduced charge
 );
 CREATE TABLE IF NOT EXISTS totals (
     scope TEXT PRIMARY KEY,  -- '*' for everyone, else the analyst's name
@@ -63,6 +64,7 @@ class Charge:
     delta: Fraction
     rho: Fraction
     query: str
+    note: str | None = None  # how the answer was had, when released measurements helped (planning/reuse.py)
 
 
 @dataclass(frozen=True)
@@ -129,8 +131,9 @@ class _Total:
 class PendingCharge:
     """A charge written to the ledger whose commit may still be running (BudgetLedger.begin_charge)."""
 
-    def __init__(self, spending: Spending) -> None:
+    def __init__(self, spending: Spending, charge: int | None = None) -> None:
         self.spending = spending  # the analyst's budget once this charge is counted
+        self.charge = charge  # the ledger entry's id
         self._error: LedgerError | None = None
         self._done = threading.Lock()  # held until the commit has finished, well or not
         self._done.acquire()
@@ -174,9 +177,22 @@ class BudgetLedger:
         with self._lock:
             stored = self._read(lambda con: con.execute("SELECT value FROM meta WHERE key = 'accounting'")
                                 .fetchone())
+            self._add_notes()
         if stored is None or stored[0] != budget.accounting.value:
             raise LedgerError(f"budget ledger {path} was started with {stored[0] if stored else 'no'} accounting, but "
                               f"the policy now says {budget.accounting.value}: use a new ledger")
+
+    def _add_notes(self) -> None:
+        """A ledger made before charges had notes gets the column (NULL for its charges)."""
+        def columns(con: sqlite3.Connection) -> set[str]:
+            return {row[1] for row in con.execute("PRAGMA table_info(charges)")}
+        found = self._read(columns)
+        if found and "note" not in found:  # (no table at all: not a ledger, which the accounting check says)
+            try:
+                self._connection().execute("ALTER TABLE charges ADD COLUMN note TEXT")
+            except sqlite3.Error as exc:
+                if "duplicate column" not in str(exc):  # another process added it first
+                    raise LedgerError(f"budget ledger {self.path}: cannot be updated ({exc})") from None
 
     @classmethod
     def _after_fork_in_child(cls) -> None:
@@ -247,11 +263,12 @@ class BudgetLedger:
         except sqlite3.Error as exc:
             raise LedgerError(f"budget ledger {self.path}: cannot be read ({exc}); refusing to answer") from None
 
-    def charge(self, analyst: str, cost: Cost, query: str) -> Spending:
+    def charge(self, analyst: str, cost: Cost, query: str, note: str | None = None) -> Spending:
         """Commit the cost of a query, or raise BudgetExhausted and commit nothing."""
-        return self.begin_charge(analyst, cost, query, overlap=False).wait()
+        return self.begin_charge(analyst, cost, query, overlap=False, note=note).wait()
 
-    def begin_charge(self, analyst: str, cost: Cost, query: str, *, overlap: bool = True) -> PendingCharge:
+    def begin_charge(self, analyst: str, cost: Cost, query: str, *, overlap: bool = True,
+                     note: str | None = None) -> PendingCharge:
         """Write the cost of a query and commit it: with `overlap`, the commit (its fsync, the slow part) runs on a
         thread of its own while the caller reads the data. Refusals (BudgetExhausted, nothing written) and an
         unusable ledger (LedgerError) are raised here, before the data is touched; the ledger's write lock is held
@@ -262,7 +279,7 @@ class BudgetLedger:
         self._lock.acquire()
         try:
             con = self._connection()
-            pending = PendingCharge(self._write(con, analyst, cost, query))
+            pending = PendingCharge(*self._write(con, analyst, cost, query, note))
         except BaseException:
             self._lock.release()
             raise
@@ -275,7 +292,8 @@ class BudgetLedger:
         self._commit(con, pending)
         return pending
 
-    def _write(self, con: sqlite3.Connection, analyst: str, cost: Cost, query: str) -> Spending:
+    def _write(self, con: sqlite3.Connection, analyst: str, cost: Cost, query: str,
+               note: str | None = None) -> tuple[Spending, int]:
         """Four statements, all but the commit: take the write lock, read both totals (one SELECT), insert the
         charge, write both totals (one INSERT). Left open for `_commit`; rolled back on a refusal."""
         try:
@@ -289,9 +307,10 @@ class BudgetLedger:
                         raise BudgetExhausted(f"refused: this query would overspend {who}: {problem}. Nothing "
                                               "was released or charged")
                 epsilon, delta, rho = cost.epsilon, cost.delta, cost.rho
-                con.execute("INSERT INTO charges (at, analyst, epsilon, delta, rho, query) VALUES (?, ?, ?, ?, ?, ?)",
-                            (datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"), analyst,
-                             str(epsilon), str(delta), str(rho), query))
+                inserted = con.execute(
+                    "INSERT INTO charges (at, analyst, epsilon, delta, rho, query, note) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"), analyst, str(epsilon),
+                     str(delta), str(rho), query, note))
                 everyone, mine = everyone.add(epsilon, delta, rho), mine.add(epsilon, delta, rho)
                 # Everyone's row first: for an analyst named like the everyone scope the two rows are one, and
                 # both carry the same total, as two separate writes did.
@@ -304,7 +323,7 @@ class BudgetLedger:
             self._close()
             raise LedgerError(f"budget ledger {self.path}: cannot record the charge ({exc}); refusing to "
                               "answer") from None
-        return self._spending(mine, analyst, everyone)
+        return self._spending(mine, analyst, everyone), inserted.lastrowid
 
     def _commit(self, con: sqlite3.Connection, pending: PendingCharge) -> None:
         """Commit the written charge (synchronous FULL: on disk when COMMIT returns), then let go of the ledger."""
@@ -395,8 +414,8 @@ class BudgetLedger:
 
     def history(self, analyst: str | None = None) -> list[Charge]:
         def charges(con: sqlite3.Connection) -> list[Charge]:
-            rows = con.execute("SELECT id, at, analyst, epsilon, delta, rho, query FROM charges ORDER BY id")
-            return [Charge(r[0], r[1], r[2], Fraction(r[3]), Fraction(r[4]), Fraction(r[5]), r[6]) for r in rows
+            rows = con.execute("SELECT id, at, analyst, epsilon, delta, rho, query, note FROM charges ORDER BY id")
+            return [Charge(r[0], r[1], r[2], Fraction(r[3]), Fraction(r[4]), Fraction(r[5]), r[6], r[7]) for r in rows
                     if analyst is None or r[2] == analyst]
         with self._lock:
             return self._read(charges)

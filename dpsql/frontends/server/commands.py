@@ -6,7 +6,8 @@ can slip past the pipeline) and answered from the connection's own settings:
 
 - `SET dpsql.epsilon = 0.5` sets the cost of the connection's next queries (`RESET dpsql.epsilon`: the default);
   `SET dpsql.accuracy = 25` instead charges each query the smallest epsilon that gives every noisy cell a 95%
-  interval within +/-25 (COUNT and SUM; setting one of the two clears the other);
+  interval within +/-25, and `= 'n=25, avg_cost=2%'` asks named columns (planning/targets.py; setting one of
+  epsilon and accuracy clears the other);
   `SET dpsql.intervals = on` adds the 95% interval's ends after every noisy column (and has each quantile spend a
   quarter of its epsilon measuring its interval; off, its value has all of it); `SHOW dpsql.budget` shows the
   analyst's spending.
@@ -27,6 +28,7 @@ from typing import Any
 
 from dpsql.errors import DataError, ProgrammingError
 from dpsql.frontends.server.copy import CopyFormat
+from dpsql.planning.targets import Accuracy, accuracy_of
 from dpsql.store.ledger import Spending, exact
 
 SERVER_VERSION = "16.0"
@@ -104,7 +106,8 @@ class Settings:
 
     values: dict[str, tuple[str, str]]  # lower-case name -> (name as spelt, value)
     epsilon: Fraction | None = None
-    accuracy: Fraction | None = None  # instead of epsilon: the 95% half-width asked of every noisy cell
+    # instead of epsilon: the 95% half-width asked of every noisy cell, or of named columns (planning/targets.py)
+    accuracy: Accuracy | None = None
     intervals: bool = False  # each noisy column followed by <name>_ci_low and <name>_ci_high
 
     @classmethod
@@ -123,7 +126,7 @@ class Settings:
         if name.lower() == EPSILON:
             return "default" if self.epsilon is None else f"{float(self.epsilon):g}"
         if name.lower() == ACCURACY:
-            return "none" if self.accuracy is None else f"{float(self.accuracy):g}"
+            return "none" if self.accuracy is None else str(self.accuracy)
         if name.lower() == INTERVALS:
             return "on" if self.intervals else "off"
         found = self.values.get(name.lower())
@@ -134,9 +137,13 @@ class Settings:
     def set(self, name: str, value: str | None) -> str | None:
         """Change a setting (None: back to its default); the name to report to the client, if it is reported."""
         key = name.lower()
-        if key in (EPSILON, ACCURACY):
+        if key == EPSILON:
             number = None if value is None or value.lower() in ("default", "none") else _positive(key, value)
-            self.epsilon, self.accuracy = (number, None) if key == EPSILON else (None, number)
+            self.epsilon, self.accuracy = number, None
+            return None
+        if key == ACCURACY:
+            asked = None if value is None or value.lower() in ("default", "none") else _accuracy(value)
+            self.epsilon, self.accuracy = None, asked
             return None
         if key == INTERVALS:
             self.intervals = value is not None and value.lower() != "default" and _switch(INTERVALS, value)
@@ -161,6 +168,14 @@ def _switch(name: str, text: str) -> bool:
     if value in ("off", "false", "no", "0"):
         return False
     raise InvalidSettingValue(f"{name} must be on or off, not {text!r}")
+
+
+def _accuracy(text: str) -> Accuracy:
+    """`SET dpsql.accuracy = 25`, or `= 'n=25, avg_cost=2%'` (planning/targets.py)."""
+    try:
+        return accuracy_of(text if "=" in text else _positive(ACCURACY, text))
+    except DataError as exc:
+        raise InvalidSettingValue(str(exc)) from None
 
 
 def _positive(name: str, text: str) -> Fraction:

@@ -58,10 +58,11 @@ from dpsql.frontends.server.scram import ScramError, ScramExchange, end_point_ha
 from dpsql.frontends.server.statements import split_statements
 from dpsql.frontends.server.users import UserStore, users_path
 from dpsql.policy import Policy
-from dpsql.session import PrivateResult, PrivateSession, build_engine
+from dpsql.session import PrivateResult, PrivateSession, build_engine, measurement_store
 from dpsql.sql.parse import TextParameter
 from dpsql.store.answers import AnswerStore
 from dpsql.store.ledger import BudgetLedger
+from dpsql.store.measurements import MeasurementStore
 
 log = logging.getLogger("dpsql.server")
 T = TypeVar("T")
@@ -162,6 +163,9 @@ class DpsqlServer:
         self.started = datetime.datetime.now(datetime.UTC)
         # Answers already released, shared by every connection: a dashboard refreshing pays once (store/answers.py).
         self.answers: AnswerStore | None = None
+        # Measurements already released, shared by every connection's session (each analyst reads their own unless
+        # the policy shares them): later answers derive from them (store/measurements.py).
+        self.measurements: MeasurementStore | None = None
 
     @property
     def port(self) -> int:
@@ -178,6 +182,8 @@ class DpsqlServer:
             self._can_listen()  # before a load that may take minutes, not after it
             self.engine = await asyncio.get_running_loop().run_in_executor(
                 self.executor, functools.partial(build_engine, self.policy, progress=self.progress))
+        if self.measurements is None:
+            self.measurements = measurement_store(self.policy, self.engine)
         try:
             self._server = await asyncio.start_server(self._accept, self.config.host, self.config.port,
                                                       limit=self.config.max_message + 1024)
@@ -216,6 +222,8 @@ class DpsqlServer:
         self.catalog.close()
         if self.answers is not None:
             self.answers.close()
+        if self.measurements is not None:
+            self.measurements.close()
 
     def users(self) -> UserStore:
         """The users file, read again when it changed, so `dpsql user add` takes effect without a restart."""
@@ -391,7 +399,7 @@ class Connection:
         self.settings = Settings.initial(user, startup)
         self.session = await self._in_thread(self.server._session_factory, self.server.policy, user,
                                              engine=self.server.engine, answers=self.server.answers,
-                                             database=self.database)
+                                             measurements=self.server.measurements, database=self.database)
         for name in ("server_version", "server_encoding", "client_encoding", "DateStyle", "IntervalStyle",
                      "TimeZone", "integer_datetimes", "standard_conforming_strings", "application_name",
                      "is_superuser", "session_authorization"):
@@ -568,7 +576,7 @@ class Connection:
         if isinstance(where, Explain):
             assert self.session is not None and self.settings is not None
             session, cost, bound = self.session, _costs(self.settings), parameters or None
-            text = await self._with_engine(lambda: explain(session.prepare(where.query, bound, **cost).plan,
+            text = await self._with_engine(lambda: explain(session.plan_for(where.query, bound, **cost),
                                                            listed=session.engine.lists_earlier_rows))
             return Answer(_EXPLAIN_COLUMNS, [(line,) for line in text.splitlines()], "EXPLAIN")
         return await self._query_answer(where, parameters)
@@ -613,6 +621,8 @@ class Connection:
         delta = f", delta {float(cost.delta):g}" if cost.delta else ""
         spent = f"this query cost epsilon {float(cost.epsilon):g}{delta}" if result.cached_at is None else \
             f"the same answer as released at {result.cached_at} UTC, at no cost"
+        if result.note and result.cached_at is None:
+            spent += f" ({result.note})"
         notice = (f"dpsql: {spent}; {self.user} has epsilon {left.epsilon_remaining:g} of "
                   f"{left.epsilon_total:g} left")
         noisy = [c.noisy for c in result.columns]

@@ -22,10 +22,16 @@ from sqlglot import exp
 
 from dpsql.analysis.check import AggregateCall, AggregateKind
 from dpsql.analysis.written_types import released_range
-from dpsql.dp.confidence import fiducial_interval, gaussian_sum_half_width, laplace_sum_half_width
+from dpsql.dp.confidence import (
+    fiducial_interval,
+    fiducial_interval_joint,
+    gaussian_sum_half_width,
+    laplace_sum_half_width,
+)
 from dpsql.dp.fixedpoint import FixedPoint, fixed_point
 from dpsql.dp.mechanisms import GaussianMechanism
 from dpsql.planning.measurements import Measurement, MeasurementKind, MeasurementSpec, Measures, OutputRecipe, Pair
+from dpsql.planning.reuse import Combination
 
 LEVEL = 0.95
 
@@ -41,10 +47,13 @@ class Estimate(NamedTuple):
 
 @dataclass(frozen=True)
 class NoisyCells:
-    """The noisy measurements of the released groups (groups x measurements), in value units on demand."""
+    """The noisy measurements of the released groups (groups x measurements), in value units on demand. With a
+    `combination`, each measurement's cells are an estimate from released ones (planning/reuse.py), and intervals
+    come from the law of its combined noise."""
 
     measurements: Sequence[Measurement]
     noisy: np.ndarray
+    combination: Combination | None = None
 
     def real(self, index: int) -> np.ndarray:
         return self.noisy[:, index].astype(float) * float(self.measurements[index].spec.step)
@@ -124,9 +133,28 @@ class Fiducial(IntervalMethod):
 
     def estimate(self, indices: Sequence[int], output: Callable[..., np.ndarray], cells: NoisyCells) -> Estimate:
         observed = [cells.real(i) for i in indices]
+        if cells.combination is not None:
+            low, high, std = _joint_fiducial(indices, observed, output, cells)
+            return Estimate(output(*observed), low, high, std)
         scales = [noise_scale(cells.measurements[i]) for i in indices]
         low, high, std = fiducial_interval(observed, scales, gaussian(cells.measurements), LEVEL, output)
         return Estimate(output(*observed), low, high, std)
+
+
+def _joint_fiducial(indices: Sequence[int], observed: list[np.ndarray], output: Callable[..., np.ndarray],
+                    cells: NoisyCells) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The fiducial interval over estimated measurements: each one's noise a combination of independent sources,
+    drawn jointly (two estimates reading one source share its draw)."""
+    combination = cells.combination
+    assert combination is not None
+    used = sorted({s for i in indices for _, s in combination.estimates[i]})
+    loadings = np.zeros((len(indices), len(used)))
+    for row, i in enumerate(indices):
+        step = float(cells.measurements[i].spec.step)
+        for coefficient, s in combination.estimates[i]:
+            loadings[row, used.index(s)] += float(coefficient) * step
+    laws = [combination.sources[s].noise() for s in used]
+    return fiducial_interval_joint(observed, [law.inverse_cdf for law in laws], loadings, LEVEL, output)
 
 
 LONE_QUANTILE = LoneQuantile()
@@ -204,6 +232,20 @@ def released_as(kind: str) -> str:
     return f", rounded to a {kind}" if limits[2] else f", as a {kind}"
 
 
+class CombinedNoise(LinearInterval):
+    """For an output read from estimated measurements (planning/reuse.py): the law of the noise of its combination
+    of released cells (dp/noise_sums.py), exact on one lattice and conservative otherwise."""
+
+    name = "the law of the combined released noises"
+
+    def __init__(self, combination: Combination) -> None:
+        self.combination = combination
+
+    def spread(self, terms: Terms, measurements: Sequence[Measurement]) -> tuple[float, float]:
+        law = self.combination.law(terms, [m.spec.step for m in measurements])
+        return law.half_width(LEVEL), law.std
+
+
 class LinearAggregate(Aggregate):
     """An output that is a linear combination of measurements, clamped to what the true answer can be."""
 
@@ -224,15 +266,18 @@ class LinearAggregate(Aggregate):
         value = first * cells.real(index)
         for coefficient, index in rest:
             value = value + coefficient * cells.real(index)
-        width, std = self.interval_method(recipe).spread(terms, cells.measurements)
+        method = self.interval_method(recipe) if cells.combination is None else CombinedNoise(cells.combination)
+        width, std = method.spread(terms, cells.measurements)
         lower, upper = self.limits(recipe)
         # Clamping to what the true answer can be is post-processing; the interval keeps its coverage.
         clamped = (np.clip(v, lower, upper) for v in (value, value - width, value + width))
         return Estimate(*clamped, np.full(cells.groups, std))
 
-    def width(self, recipe: OutputRecipe, measurements: Sequence[Measurement]) -> float:
-        """The half-width of the interval, the same for every group."""
-        return self.interval_method(recipe).spread(self.terms(recipe), measurements)[0]
+    def width(self, recipe: OutputRecipe, measurements: Sequence[Measurement],
+              combination: Combination | None = None) -> float:
+        """The half-width of the interval, the same for every group (with a combination: of the estimate's)."""
+        method = self.interval_method(recipe) if combination is None else CombinedNoise(combination)
+        return method.spread(self.terms(recipe), measurements)[0]
 
 
 def in_type(estimate: Estimate, kind: str) -> Estimate:
