@@ -128,9 +128,23 @@ class ContributionBound:
 
 @dataclass(frozen=True)
 class Source:
-    kind: str  # "csv" | "parquet" | "duckdb"
-    pattern: str  # an absolute path, globs allowed for csv/parquet
-    table: str | None = None  # the table inside a DuckDB database file
+    kind: str  # "csv" | "parquet" | "duckdb" | "database"
+    # An absolute path, globs allowed for csv/parquet; a database's URI (never with a password: refused in the
+    # policy), or for `uri_env` the variable's name, `$NAME` (its value, which may hold one, is read on connecting).
+    pattern: str
+    table: str | None = None  # the table inside a DuckDB database file, or a database's table ("schema.name")
+    query: str | None = None  # a database: the steward's SELECT whose rows are the table (instead of `table`)
+    version: str | None = None  # a database: the steward's query of the data's version (engines/database.py)
+    # A PostgreSQL table whose rows are appended with ever larger values of this column: a refresh of the prepared
+    # store reads only the rows past those it holds, once their checksum shows them unchanged (engines/loading.py).
+    append_key: str | None = None
+
+    @property
+    def shown(self) -> str:
+        """The source as messages name it: a file's path, or a database table (or query) and its URI."""
+        if self.kind != "database":
+            return self.pattern
+        return f"{'the query' if self.query is not None else f'table {self.table}'} of {self.pattern}"
 
 
 @dataclass(frozen=True)
@@ -284,6 +298,14 @@ def load_policy(path: str | Path) -> Policy:
         if choice.kind == "spark" and value is not None:
             reader.fail("[engine]", key,
                         "is a DuckDB setting: not supported with kind = \"spark\" (size Spark with [engine.spark])")
+    for table in tables.values():
+        key = table.source.append_key
+        if key is not None and (key not in table.columns or table.columns[key].type not in _APPEND_KEY_TYPES):
+            kinds = ", ".join(t.value for t in _APPEND_KEY_TYPES)
+            reader.fail(f"table '{table.name}'", "source.append_key", f"must name a column declared as {kinds}")
+        if choice.kind == "spark" and table.source.kind == "database":
+            reader.fail(f"table '{table.name}'", "source", "a database source is read by the DuckDB engine only: not "
+                                                           "supported with kind = \"spark\"")
     if choice.kind == "spark" and engine.get("store") is True:  # Spark's store is a folder of Parquet files
         store = budget.ledger.parent / f"{path.stem}.store.spark"
     reuse = reader.typed(raw.get("reuse", {}), "", "reuse", dict)
@@ -540,6 +562,11 @@ class _Reader:
         return TablePolicy(name.lower(), source, columns, ContributionBound(1), None, public=True)
 
     def source(self, raw: dict, where: str) -> Source:
+        if isinstance(raw.get("source"), dict):
+            if "format" in raw or "table" in raw:
+                self.fail(where, "format" if "format" in raw else "table",
+                          "a database source names its table inside it: source = { uri = ..., table = ... }")
+            return self.database(raw["source"], where)
         pattern = self.require(raw, where, "source", str)
         full = Path(pattern).expanduser()
         if not full.is_absolute():
@@ -559,6 +586,67 @@ class _Reader:
         elif table is not None:
             self.fail(where, "table", "only a DuckDB database source takes a table name")
         return Source(kind, str(full), table)
+
+    def database(self, raw: dict, where: str) -> Source:
+        """`source = { uri = "postgresql://host/db", table = "visits" }` (or `query = "SELECT ..."`, or `uri_env`
+        naming the variable that holds the URI), with optional `version` and `append_key`: a table read from a
+        database through its ADBC driver (engines/database.py). The URI holds no password: the driver's own ways
+        (PGPASSWORD, PGSERVICE, .pgpass) give it, so the policy, which analysts may read, never does."""
+        here = f"{where}, key 'source'"
+        self.keys(raw, here, {"uri", "uri_env", "table", "query", "version", "append_key"})
+        if ("uri" in raw) == ("uri_env" in raw):
+            self.fail(where, "source", "a database source needs uri (its address, no password) or uri_env (the "
+                                       "environment variable that holds it), not both")
+        if ("table" in raw) == ("query" in raw):
+            self.fail(where, "source", "a database source needs table (a table's name) or query (a SELECT), not both")
+        table = query = None
+        if "table" in raw:
+            table = self.typed(raw["table"], here, "table", str).strip()
+            if not table or not all(part.strip() for part in table.split(".")) or table.count(".") > 1:
+                self.fail(where, "source.table", "must name a table, or schema.table")
+        else:
+            query = self.statement(raw, where, "query")
+        version = self.statement(raw, where, "version") if "version" in raw else None
+        append_key = None
+        if "append_key" in raw:
+            append_key = self.typed(raw["append_key"], here, "append_key", str).strip().lower()
+            if table is None:
+                self.fail(where, "source.append_key", "applies to a table source (a query's rows may change in "
+                                                      "ways no key shows)")
+        if "uri_env" in raw:
+            variable = self.typed(raw["uri_env"], here, "uri_env", str).strip()
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", variable):
+                self.fail(where, "source.uri_env", "must name an environment variable (letters, digits, underscore)")
+            return Source("database", f"${variable}", table, query, version, append_key)
+        uri = self.typed(raw["uri"], here, "uri", str).strip()
+        scheme, sep, rest = uri.partition(":")
+        if not sep or scheme.lower() not in DATABASE_SCHEMES:
+            self.fail(where, "source.uri", f"not a database URI dpsql reads (its scheme must be one of: "
+                                           f"{', '.join(DATABASE_SCHEMES)})")
+        if scheme.lower() == "sqlite":  # sqlite:///absolute/file.db, or sqlite:file.db relative to the policy
+            file = Path(rest[2:] if rest.startswith("//") else rest).expanduser()
+            if not file.is_absolute():
+                file = self.path.parent / file
+            if not file.is_file():
+                self.fail(where, "source.uri", f"no SQLite database file {str(file)!r}")
+            if append_key is not None:
+                self.fail(where, "source.append_key", "needs a PostgreSQL source: SQLite's rows have no checksum to "
+                                                      "check that the rows kept are unchanged")
+            return Source("database", f"sqlite://{file}", table, query, version)
+        if misplaced_at(uri):
+            self.fail(where, "source.uri", MISPLACED_AT)
+        if has_password(uri):  # the message never repeats the URI: it holds the secret
+            self.fail(where, "source.uri", "holds a password, which a policy must never hold: give it through "
+                                           "PGPASSWORD, a service file (PGSERVICE) or ~/.pgpass, or the whole URI "
+                                           "through uri_env")
+        return Source("database", uri, table, query, version, append_key)
+
+    def statement(self, raw: dict, where: str, key: str) -> str:
+        """A database source's query of the steward's: one SELECT (or WITH ... SELECT) statement."""
+        text = self.typed(raw[key], f"{where}, key 'source'", key, str).strip().rstrip(";").strip()
+        if not re.match(r"(?is)(select|with|values|table)\b", text):
+            self.fail(where, f"source.{key}", "must be one SELECT statement")
+        return text
 
     def column(self, where: str, name: str, raw: Any) -> ColumnPolicy:
         here = f"{where}, column '{name}'"
@@ -677,6 +765,35 @@ class _Reader:
             return kind(self.typed(value, where, key, str).lower())
         except ValueError:
             self.fail(where, key, f"unknown value {value!r} (expected one of: {', '.join(k.value for k in kind)})")
+
+
+# The types of an append key: ordered alike in PostgreSQL and in its text (engines/database.py compares as text).
+_APPEND_KEY_TYPES = (ColumnType.INT, ColumnType.DATE, ColumnType.TIMESTAMP)
+# The URI schemes of database sources, each read through its ADBC driver (engines/database.py).
+DATABASE_SCHEMES = ("postgresql", "postgres", "sqlite")
+# A password in a URI: `scheme://user:password@host`, or a `password=` parameter (libpq's keyword form too).
+_URI_PASSWORD = re.compile(r"(?i)(://[^/?#@\s:]*:)[^/?#@\s]*@|(\bpassword\s*=\s*)('[^']*'|[^&\s]+)")
+
+
+def has_password(uri: str) -> bool:
+    return _URI_PASSWORD.search(uri) is not None
+
+
+MISPLACED_AT = ("has an '@' past its host: a user name or password holding '/', '?', '#' or '@' must be "
+                "percent-encoded (%2F, %3F, %23, %40); the URI is not repeated here, as it may hold a password")
+
+
+def misplaced_at(uri: str) -> bool:
+    """Whether an '@' comes after the first '/', '?' or '#' past `scheme://`: libpq would then read part of a
+    password as the host or the port, and quote it in its message."""
+    rest = uri.partition("://")[2]
+    cut = re.search(r"[/?#]", rest)
+    return cut is not None and "@" in rest[cut.start():]
+
+
+def without_passwords(text: str) -> str:
+    """`text` with any password a URI in it holds (`user:secret@`, `password=secret`) replaced by `***`."""
+    return _URI_PASSWORD.sub(lambda m: f"{m.group(1)}***@" if m.group(1) else f"{m.group(2)}***", text)
 
 
 def _format_of(pattern: str) -> str | None:

@@ -8,7 +8,9 @@ statistical tolerances come from the distribution, never from hand-picked slack.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
+import warnings
 from pathlib import Path
 
 import pytest
@@ -78,3 +80,30 @@ def pums_session(pums_policy: Path):
     session = PrivateSession(pums_policy, "tester", rng=seeded(1), bounding_seed=7)
     yield session
     session.close()
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A PostgreSQL server of the tests' own (benchmarks/postgres.py), started once per test process and stopped at
+    its end. The database-source tests need the system's PostgreSQL binaries: .ci/run installs them; without them
+    the tests are skipped here, loudly, and fail in CI (.ci/run sets DPSQL_REQUIRE_POSTGRES=1; not CI=true, which
+    changes Hypothesis's settings), where a skip would hide that they never ran."""
+    from benchmarks.postgres import LocalPostgres, binaries
+
+    if binaries() is None:
+        message = ("NO POSTGRESQL SERVER BINARIES (apt-get install postgresql): the database-source tests against a "
+                   "real PostgreSQL server did not run")
+        if os.environ.get("DPSQL_REQUIRE_POSTGRES"):
+            pytest.fail(message)
+        warnings.warn(message, stacklevel=1)
+        pytest.skip(message)
+    with LocalPostgres() as server:
+        yield server
+
+
+@pytest.fixture
+def pg_password(postgres, monkeypatch):
+    """The steward's environment: libpq reads the password from PGPASSWORD, never from a policy."""
+    for name, value in postgres.environment().items():
+        monkeypatch.setenv(name, value)
+    return postgres

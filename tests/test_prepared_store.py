@@ -169,8 +169,8 @@ def test_the_build_has_a_memory_limit_of_its_own(tmp_path, monkeypatch) -> None:
     """A build sorts the whole table; a query reads a few columns: the steward may give them different limits."""
     seen: list[dict[str, str]] = []
     real_build = store.build
-    monkeypatch.setattr(store, "build", lambda path, policy, wanted, salt, config, *rest: (
-        seen.append(dict(config)), real_build(path, policy, wanted, salt, config, *rest)))
+    monkeypatch.setattr(store, "build", lambda path, policy, files, seed, load, config, *rest: (
+        seen.append(dict(config)), real_build(path, policy, files, seed, load, config, *rest))[1])
     engine = _engine(_policy(tmp_path, engine='store = true\nmemory_limit = "48MB"\nprepare_memory_limit = "1GB"'))
     try:
         limit = engine._con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
@@ -193,8 +193,9 @@ def test_a_broken_engine_section_is_named(tmp_path, setting, problem) -> None:
 
 
 def _version(policy: Path) -> str:
-    from dpsql.engines.duckdb_engine import data_version
-    return data_version(load_policy(policy))
+    from dpsql.engines.versions import data_version, file_versions
+    loaded = load_policy(policy)
+    return data_version(loaded, file_versions(loaded))
 
 
 def test_duckdb_keeps_its_hash_ranks_unless_a_seed_is_fixed() -> None:

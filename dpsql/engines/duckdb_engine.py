@@ -10,8 +10,6 @@ attach or load anything.
 from __future__ import annotations
 
 import contextlib
-import glob
-import hashlib
 import os
 import threading
 from collections.abc import Iterator, Sequence
@@ -29,6 +27,7 @@ from dpsql.engines.declared import DeclaredTables
 from dpsql.engines.loading import TableLoader, portable_ranks
 from dpsql.engines.progress import SILENT, Progress, duckdb_percent
 from dpsql.engines.public_facts import DuckDBPublicFacts
+from dpsql.engines.versions import data_version, file_versions
 from dpsql.errors import ExecutionFailed, PolicyError, QueryRejected, first_line
 from dpsql.policy import Policy, TablePolicy
 from dpsql.sql import names, sandbox
@@ -84,7 +83,7 @@ class DuckDBEngine(Engine):
         self._lock = threading.Lock()
         self._exact: dict[str, str] = {}  # bounded SQL -> the SQL that runs it with exact columns
         self._policy_name = policy.path.name
-        self.data_version = data_version(policy)
+        files = file_versions(policy)  # taken before the load: see versions.data_version
         self.store_built = False  # whether this engine had to build the policy's prepared store
         if policy.memory_limit is not None:
             config["memory_limit"] = policy.memory_limit
@@ -95,7 +94,7 @@ class DuckDBEngine(Engine):
         with sandbox.opened(config) as con:  # locked when the tables are loaded
             self._con = con
             if policy.store is not None:
-                self._attach_store(policy, bounding_seed, config, progress)
+                self.data_version = self._attach_store(policy, files, bounding_seed, config, progress)
                 token = store.build_token(con)
             else:
                 token = None
@@ -105,6 +104,8 @@ class DuckDBEngine(Engine):
                     loader = TableLoader(con, policy.path.name, portable_ranks(bounding_seed), progress, percent)
                     for table in policy.tables.values():
                         loader.load(table, salt)
+                # Database sources' versions as read in the snapshots their rows came from.
+                self.data_version = data_version(policy, {**files, **loader.versions})
             self.ranking, self.ranking_persistent = store.ranking(
                 self.data_version, bounding_seed, store.load_sql(policy, portable_ranks(bounding_seed)), token)
             # A second client whose default schema holds empty tables of the same names and columns: the very SQL
@@ -149,20 +150,22 @@ class DuckDBEngine(Engine):
         with self._public_cursors().taken() as (public, watchdog), watchdog.running():
             return public.execute(sql).fetchall()
 
-    def _attach_store(self, policy: Policy, bounding_seed: int | None, config: dict[str, str],
-                      progress: Progress) -> None:
+    def _attach_store(self, policy: Policy, files: dict[str, bytes], bounding_seed: int | None,
+                      config: dict[str, str], progress: Progress) -> str:
         """Use the prepared store (engines/store.py), built first if it is missing or was built for other data: its
-        database, attached read-only, becomes the default one, where the rewrite's table names are found."""
+        database, attached read-only, becomes the default one, where the rewrite's table names are found. Returns
+        the data version it holds."""
         assert policy.store is not None
         build_config = {k: v for k, v in config.items() if k != "disabled_optimizers"}
         if policy.prepare_memory_limit is not None:  # a build sorts the whole table: it may get more than a query
             build_config["memory_limit"] = policy.prepare_memory_limit
-        wanted, self.store_built = store.ensure(policy, self.data_version, bounding_seed, build_config, progress)
+        wanted, self.store_built, version = store.ensure(policy, files, bounding_seed, build_config, progress)
         path = exp.Literal.string(str(policy.store)).sql(DIALECT)
         self._con.execute(f"ATTACH {path} AS {names.STORE} (READ_ONLY)")
         self._con.execute(f"USE {names.STORE}")
         if not store.matches(self._con, wanted):  # replaced by a build for other data since `ensure` looked
             raise PolicyError(f"the prepared store {policy.store} changed while it was opened: run the query again")
+        return version
 
     def _copy_public(self, table: TablePolicy, public: duckdb.DuckDBPyConnection) -> None:
         """A public table, as loaded (typed, cleaned), copied into the public database."""
@@ -294,45 +297,6 @@ class DuckDBEngine(Engine):
         with self._declared_lock:
             if self._declared is not None:
                 self._declared.close()
-
-
-def data_version(policy: Policy) -> str:
-    """A fingerprint of what a load reads, taken before it (a file changed during the load gives a new version
-    next time, never an old one for new data): the policy's text, and each source file's path, size, modification
-    time and first and last 64 KiB (a copy that keeps the size and the times still changes it, and a large file is
-    not read whole). The files are those DuckDB reads: its glob matches hidden files, and a DuckDB database is read
-    with its write-ahead log (`<file>.wal`, present or not)."""
-    digest = hashlib.sha256()
-    try:
-        digest.update(policy.path.read_bytes())
-    except OSError:
-        digest.update(repr(policy).encode())
-    for table in sorted(policy.tables.values(), key=lambda t: t.name):
-        digest.update(repr((table.name, table.source)).encode())
-        # include_hidden: DuckDB's glob reads files whose names start with a dot (`*.csv` matches `.x.csv`).
-        files = sorted(glob.glob(table.source.pattern, recursive=True, include_hidden=True))
-        if table.source.kind == "duckdb":  # opened with its write-ahead log replayed, read-only or not
-            files = [part for name in files for part in (name, f"{name}.wal")]
-        for name in files:
-            with contextlib.suppress(OSError):
-                stat = os.stat(name)
-                digest.update(repr((name, stat.st_size, stat.st_mtime_ns)).encode())
-            digest.update(_content_sample(name))
-    return digest.hexdigest()
-
-
-_SAMPLE = 1 << 16  # bytes read from the start and from the end of each source file for its fingerprint
-
-
-def _content_sample(name: str) -> bytes:
-    try:
-        with open(name, "rb") as file:
-            head = file.read(_SAMPLE)
-            size = file.seek(0, os.SEEK_END)
-            file.seek(max(size - _SAMPLE, len(head)))
-            return hashlib.sha256(head + file.read()).digest()
-    except OSError:
-        return b"unreadable"
 
 
 def _public_answer(cursor: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[str], list[str], list[tuple]]:

@@ -1,16 +1,21 @@
 """Reading a policy's tables into a DuckDB connection that is not locked yet: each declared table from its source
-(a CSV glob, Parquet, or a table of a DuckDB file, attached read-only and detached once copied) with the declared
-types, only the declared columns, prepared for contribution bounding by rewrite/bounding.py, with an empty twin in
-the twin schema for the dry run. Used for the engine's in-memory database and for building a prepared store."""
+(a CSV glob, Parquet, a table of a DuckDB file, attached read-only and detached once copied, or a database's table
+or query, copied as read into a staging table first: engines/database.py) with the declared types, only the
+declared columns, prepared for contribution bounding by rewrite/bounding.py, with an empty twin in the twin schema
+for the dry run. Used for the engine's in-memory database and for building a prepared store."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import duckdb
 from sqlglot import exp
 
 from dpsql.engines.csv_shape import csv_problem
+from dpsql.engines.database import SourceFailed
 from dpsql.engines.exact_values import inexact_column
 from dpsql.engines.progress import SILENT, Percent, Progress
+from dpsql.engines.staging import kept_in_store, stage
 from dpsql.errors import PolicyError, first_line
 from dpsql.policy import ColumnType, TablePolicy
 from dpsql.rewrite.bounding import cleaned_rows, later_rows, prepared_rows, varying_units
@@ -23,14 +28,19 @@ class TableLoader:
     """Loads tables into `con` (whose twin schema exists); errors name the policy, the table and the key."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, policy_name: str, portable: bool = False,
-                 progress: Progress = SILENT, percent: Percent | None = None) -> None:
+                 progress: Progress = SILENT, percent: Percent | None = None, store: Path | None = None) -> None:
         self.con = con
+        self.store = store  # the prepared store being built (engines/staging.py keeps appended rows in it), or None
         self.policy_name = policy_name
         self.portable = portable  # rank by bounding.portable_key, as the Spark engine does (see `portable_ranks`)
         self.progress = progress  # told of each step (engines/progress.py); `percent` says how far one has gone
         self.percent = percent
+        # Each database source's version, by table name, as read in the snapshot its rows were copied from.
+        self.versions: dict[str, bytes] = {}
 
     def load(self, table: TablePolicy, salt: int) -> None:
+        if table.source.kind == "database":
+            self._stage(table)
         found = self._source_columns(table, self._source(table, typed=False))
         missing = [name for name in table.columns if name not in found]
         if missing:
@@ -42,7 +52,8 @@ class TableLoader:
         source = self._source(table)
         rows = cleaned_rows(table, source) if table.public else prepared_rows(table, source, salt, self.portable)
         try:
-            with self.progress.step(f"reading {table.source.pattern} into table {table.name}", self.percent) as step:
+            reading = "preparing" if table.source.kind == "database" else f"reading {table.source.shown} into"
+            with self.progress.step(f"{reading} table {table.name}", self.percent) as step:
                 self.con.execute(f"CREATE TABLE {prepared_table(table.name)} AS {rows.sql(DIALECT)}")
                 if self.progress.detailed:  # the steward's: the data's size is theirs to see
                     count = self.con.execute(f"SELECT COUNT(*) FROM {prepared_table(table.name)}").fetchone()[0]
@@ -53,7 +64,7 @@ class TableLoader:
                 hint = self._column_hint(table)
             except duckdb.Error:  # never shown: DuckDB's message may quote a row
                 hint = "the source could not be read to the end (a damaged or truncated file?)"
-            self._fail(table, "source", f"cannot load {table.source.pattern!r} with the declared column types: {hint}")
+            self._fail(table, "source", f"cannot load {table.source.shown!r} with the declared column types: {hint}")
         for column in table.columns.values():
             if column.per_unit and not table.row_privacy:
                 check = varying_units(table, prepared_table(table.name), column).sql(DIALECT)
@@ -71,6 +82,15 @@ class TableLoader:
             self.con.execute(f"CREATE TABLE {TWIN_SCHEMA}.{name} AS SELECT * FROM {name} LIMIT 0")
         if table.source.kind == "duckdb":  # the copy is made: the steward's database file is not needed any more
             self.con.execute(f"DETACH {names.attached_source(table.name)}")
+        if table.source.kind == "database" and not (self.store is not None and kept_in_store(table)):
+            self.con.execute(f"DROP TABLE {names.staged_source(table.name)}")
+
+    def _stage(self, table: TablePolicy) -> None:
+        """Copy a database source's rows into its staging table (engines/staging.py), keeping its version."""
+        try:
+            self.versions[table.name] = stage(self.con, table, self.store, self.progress)
+        except SourceFailed as exc:
+            self._fail(table, exc.key, f"{table.source.shown}: {exc}" if exc.key == "source" else str(exc))
 
     def _check_exact(self, table: TablePolicy, found: dict[str, str]) -> None:
         """Fail on the first value that the load's cast would read as another value of its declared type (1.5 in an
@@ -87,7 +107,7 @@ class TableLoader:
             firsts = self.con.execute(f"SELECT {firsts} FROM {rows.sql(DIALECT)}").fetchone()
         except duckdb.Error:  # never shown: DuckDB's message may quote a row
             self._fail_shape(table)
-            self._fail(table, "source", f"cannot read {table.source.pattern!r} to the end (a damaged or truncated "
+            self._fail(table, "source", f"cannot read {table.source.shown!r} to the end (a damaged or truncated "
                                         "file?)")
         failing = [(first, name) for first, name in zip(firsts, conditions, strict=True) if first is not None]
         if failing:
@@ -103,7 +123,7 @@ class TableLoader:
         expression of that number: a table function's ordinality, a DuckDB table's rowid + 1. `files`: the file
         each row comes from too, as the column names.SOURCE_FILE."""
         source = self._source(table, typed=False, files=files)
-        if table.source.kind == "duckdb":
+        if table.source.kind in ("duckdb", "database"):
             return source, exp.Add(this=exp.column("rowid"), expression=exp.Literal.number(1))
         source.set("ordinality", True)
         # DuckDB names the number `ordinality`, or another name when the file has a column so named: the last one.
@@ -114,6 +134,8 @@ class TableLoader:
         """Where a source row is, for a steward to find it: `row N of 'file'`, numbered within its file."""
         if table.source.kind == "duckdb":
             return f"row {row} of table '{table.source.table}'"
+        if table.source.kind == "database":
+            return f"row {row} as read from {table.source.shown}"
         rows, number = self._numbered(table, files=True)
         file = exp.column(names.SOURCE_FILE)
         found = self.con.execute(exp.select(file).from_(rows).where(number.eq(row)).sql(DIALECT)).fetchone()[0]
@@ -137,6 +159,8 @@ class TableLoader:
                                                                              option, *options]))
         if table.source.kind == "parquet":
             return exp.Table(this=exp.Anonymous(this="read_parquet", expressions=[path, *options]))
+        if table.source.kind == "database":  # copied by `_stage`
+            return exp.to_table(names.staged_source(table.name))
         alias = names.attached_source(table.name)
         attached = {row[0] for row in self.con.execute("SELECT database_name FROM duckdb_databases()").fetchall()}
         if alias not in attached:
@@ -151,7 +175,7 @@ class TableLoader:
             described = self.con.execute(f"DESCRIBE {exp.select('*').from_(source).sql(DIALECT)}").fetchall()
         except duckdb.Error as exc:
             self._fail_shape(table)
-            self._fail(table, "source", f"cannot read {table.source.pattern!r} ({first_line(exc)})")
+            self._fail(table, "source", f"cannot read {table.source.shown!r} ({first_line(exc)})")
         return {row[0].lower(): row[1] for row in described}
 
     def _fail(self, table: TablePolicy, key: str, problem: str) -> None:

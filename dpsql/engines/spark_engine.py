@@ -29,8 +29,8 @@ from sqlglot import exp
 
 from dpsql.engines import spark_store, store
 from dpsql.engines.base import Engine
-from dpsql.engines.duckdb_engine import data_version
 from dpsql.engines.spark_sql import refuse, to_spark
+from dpsql.engines.versions import data_version, file_versions
 from dpsql.errors import ExecutionFailed, PolicyError, QueryRejected, first_line
 from dpsql.policy import ColumnType, EngineChoice, Policy, TablePolicy
 from dpsql.rewrite.bounding import prepared_rows, varying_units
@@ -89,7 +89,7 @@ class SparkEngine(Engine):
 
     def __init__(self, policy: Policy, *, bounding_seed: int | None = None) -> None:
         self.time_limit = policy.time_limit
-        self.data_version = data_version(policy)
+        self.data_version = data_version(policy, file_versions(policy))
         self._policy_name = policy.path.name
         self._lock = threading.Lock()
         self._spark = spark_session(policy.engine).newSession()  # temporary views of its own

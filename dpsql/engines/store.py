@@ -5,7 +5,8 @@ The store is as secret as the data: it holds the rows, and its ranks were drawn 
 unpredictable. It lives where the steward names it (`[engine] store` in the policy; default beside the ledger), is
 written mode 0600 inside a folder of mode 0700, and a store that others can read is refused, as is one built for
 other data: the identity kept inside it (`Identity`) must match the engine's data version (the policy's text, each
-source file's path, size, modification time and a sample of its content), the DuckDB version, the store format and
+source file's path, size, modification time and a sample of its content, each database source's version:
+engines/versions.py), the DuckDB version, the store format and
 the SQL that prepares the tables, and how its salt was chosen (secret and random, or a test's fixed seed: a store
 built with a known seed is never used without it).
 
@@ -24,15 +25,17 @@ import secrets
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 from sqlglot import exp
 
+from dpsql.engines.database import versions_now
 from dpsql.engines.loading import TableLoader, portable_ranks
 from dpsql.engines.progress import SILENT, Progress, duckdb_percent
+from dpsql.engines.versions import data_version
 from dpsql.errors import PolicyError
 from dpsql.policy import Policy
 from dpsql.rewrite import bounding
@@ -66,16 +69,22 @@ def identity(data_version: str, bounding_seed: int | None, load: str = "") -> Id
     return Identity(fingerprint, salt)
 
 
-def ensure(policy: Policy, data_version: str, bounding_seed: int | None, config: dict[str, str],
-           progress: Progress = SILENT) -> tuple[Identity, bool]:
-    """The identity the policy's store must have, and whether it had to be built (it was missing or stale)."""
+def ensure(policy: Policy, files: Mapping[str, bytes], bounding_seed: int | None, config: dict[str, str],
+           progress: Progress = SILENT) -> tuple[Identity, bool, str]:
+    """The identity of the policy's store, whether it had to be built (it was missing or stale), and the data version
+    it holds. `files`: the file sources' versions, taken before (versions.file_versions); database sources are asked
+    for theirs now, and a build reads them again in the snapshot of the rows it copies, so the store is labelled
+    with the version of the very rows it holds."""
     assert policy.store is not None
     portable = portable_ranks(bounding_seed)
-    wanted = identity(data_version, bounding_seed, load_sql(policy, portable))
-    if ready(policy.store, wanted):
-        return wanted, False
-    build(policy.store, policy, wanted, new_salt(bounding_seed), config, portable, progress)
-    return wanted, True
+    load = load_sql(policy, portable)
+    if policy.store.exists():  # asking a database for its version may scan its table: only when there is a store
+        version = data_version(policy, {**files, **versions_now(policy)})
+        wanted = identity(version, bounding_seed, load)
+        if ready(policy.store, wanted):
+            return wanted, False, version
+    version = build(policy.store, policy, files, bounding_seed, load, config, portable, progress)
+    return identity(version, bounding_seed, load), True, version
 
 
 def load_sql(policy: Policy, portable: bool = False, listed: bool = True) -> str:
@@ -119,17 +128,20 @@ def matches(con: duckdb.DuckDBPyConnection, wanted: Identity) -> bool:
     return found == [(wanted.fingerprint, wanted.salt)]
 
 
-def build(path: Path, policy: Policy, wanted: Identity, salt: int, config: dict[str, str],
-          portable: bool = False, progress: Progress = SILENT) -> None:
+def build(path: Path, policy: Policy, files: Mapping[str, bytes], bounding_seed: int | None, load: str,
+          config: dict[str, str], portable: bool = False, progress: Progress = SILENT) -> str:
     """Build the store for `policy` at `path` (replacing any older one), atomically, telling `progress` of each
-    step."""
+    step; returns the data version it holds."""
     with building_folder(path) as building:
         target = building / path.name
         with sandbox.opened(config, database=str(target)) as con, duckdb_percent(con, progress) as percent:
             con.execute(f"CREATE SCHEMA {TWIN_SCHEMA}")
-            loader = TableLoader(con, policy.path.name, portable, progress, percent)
+            loader = TableLoader(con, policy.path.name, portable, progress, percent, store=path)
+            salt = new_salt(bounding_seed)
             for table in policy.tables.values():
                 loader.load(table, salt)
+            version = data_version(policy, {**files, **loader.versions})
+            wanted = identity(version, bounding_seed, load)
             con.execute(f"CREATE TABLE {_IDENTITY_TABLE} (fingerprint VARCHAR, salt VARCHAR)")
             con.execute(f"INSERT INTO {_IDENTITY_TABLE} VALUES (?, ?)", [wanted.fingerprint, wanted.salt])
             con.execute(f"CREATE TABLE {_BUILD_TABLE} (token VARCHAR)")
@@ -139,6 +151,7 @@ def build(path: Path, policy: Policy, wanted: Identity, salt: int, config: dict[
         con.close()
         os.chmod(target, 0o600)
         os.replace(target, path)
+    return version
 
 
 _BUILDING = ".building"

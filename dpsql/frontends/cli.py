@@ -252,15 +252,17 @@ def prepare(policy: Path, quiet: bool) -> None:
 
 
 @main.command()
-@click.argument("data_file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--table", default=None, help="The table name (default: from the file name).")
+@click.argument("data_file")
+@click.option("--table", default=None, help="The table name (default: from the file name); for a database, the "
+                                            "table to read (name or schema.name).")
 @click.option("--unit", default=None, help="The column that identifies a person.")
 @click.option("--row-privacy", is_flag=True, help="Every row belongs to a different person.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the skeleton here instead of printing it.")
 @_errors_as_messages
-def init(data_file: Path, table: str | None, unit: str | None, row_privacy: bool, output: Path | None) -> None:
-    """Write a policy skeleton from a CSV or Parquet file's schema (names and types only)."""
+def init(data_file: str, table: str | None, unit: str | None, row_privacy: bool, output: Path | None) -> None:
+    """Write a policy skeleton from a CSV or Parquet file's schema, or a database table's (DATA_FILE a URI:
+    postgresql://host/db or sqlite:file.db, without a password), names and types only."""
     if unit and row_privacy:
         raise ProgrammingError("choose --unit or --row-privacy, not both")
     text = skeleton(data_file, table, unit, row_privacy, output.parent if output else Path.cwd())

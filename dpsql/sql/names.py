@@ -39,6 +39,8 @@ GROUP_NUMBER = "__dp_group_number"  # a group's rank among its unit's groups, by
 VALUES_BY_GROUP = "__dp_by_group"  # the subqueries of the per-group cap
 TWIN_SCHEMA = "__dp_twin"  # empty copies of the prepared tables, for the dry run
 STORE = "__dp_store"  # the prepared store, attached read-only as the default database (engines/store.py)
+PREVIOUS_STORE = "__dp_previous"  # the store a build replaces, attached read-only for the rows it keeps
+APPENDED = "__dp_appended"  # in a store: what its append-only database tables held (engines/loading.py)
 SOURCE_FILE = "__dp_file"  # the file a source row was read from, when the loader names a row it refuses
 
 # The bounded query's own subqueries and one-row placeholder (rewrite/).
@@ -120,6 +122,12 @@ def code_column(column: str) -> str:
 def attached_source(table: str) -> str:
     """The name under which a DuckDB-file source is attached while it is copied in."""
     return f"__dp_src_{table}"
+
+
+def staged_source(table: str) -> str:
+    """The table a database source's rows are copied into, as read, before they are prepared (engines/loading.py):
+    temporary, but kept in a store for a table with an append key, whose next refresh reads only the newer rows."""
+    return f"__dp_staged_{table}"
 
 
 def is_reserved(name: str) -> bool:
