@@ -342,6 +342,7 @@ def test_a_wrong_or_missing_password_fails_without_showing_any_secret(postgres, 
         engine.close()
 
 
+@pytest.mark.slow  # about 25 s: every command run as a steward would, each a process
 def test_the_password_never_appears_in_any_command_output(pg_password, tmp_path) -> None:
     """The steward's and the analyst's commands, with the password in the environment (PGPASSWORD, and a URI in
     uri_env), on success and on failure: no output holds it."""

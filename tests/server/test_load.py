@@ -85,6 +85,7 @@ def _query(client: RawClient, sql: str) -> None:
     client.send(b"Q", sql.encode() + b"\0")
 
 
+@pytest.mark.slow  # waits out the catalog's 5 s limit twice
 def test_catalog_queries_running_to_their_limit_do_not_freeze_the_server(tmp_path: Path) -> None:
     """Six catalog cross joins of one analyst, each running until the catalog's time limit, once froze the server:
     they took every worker thread, so no one could log in or ask anything until they ended. Another analyst now
@@ -115,6 +116,7 @@ def test_catalog_queries_running_to_their_limit_do_not_freeze_the_server(tmp_pat
         reader.join()
 
 
+@pytest.mark.slow  # waits out a free query's time limit
 def test_a_free_query_of_public_tables_does_not_hold_what_private_queries_need(tmp_path: Path) -> None:
     """A query of public tables costs nothing: it held the engine's one slot until the time limit, and a victim's
     private query waited that long, repeatably and for free. The victim is now answered while it runs, and a
