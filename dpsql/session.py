@@ -436,7 +436,7 @@ class PrivateSession:
         if key not in self._public:
             if len(self._public) >= _PREPARED_CACHE:
                 self._public.pop(next(iter(self._public)))
-            self._public[key] = public_sql(self._parsed(sql, parameters), self.policy)
+            self._public[key] = public_sql(self._parsed(sql, parameters).tree, self.policy)
         return self._public[key]
 
     def _parsed(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None) -> ParsedQuery:

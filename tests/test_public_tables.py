@@ -59,6 +59,18 @@ def test_facts_are_read_from_public_tables_only(session) -> None:
         facts.max_rows_per_key("visits", ("region",))
 
 
+def test_a_public_columns_facts_are_kept_whole_and_a_private_tables_never_asked(session) -> None:
+    # The check asks for them on every query (engines/public_facts.py keeps the facts, not only their rows).
+    facts = session.engine.public_facts()
+    assert facts.column("departments", "beds") is facts.column("departments", "beds")
+    assert facts.max_rows_per_key("regions", ("urban",)) == facts.max_rows_per_key("regions", ("urban",)) == 3
+    for _ in range(2):  # refused each time: a refusal is never kept
+        with pytest.raises(ValueError, match="not a public table"):
+            facts.column("visits", "age")
+        with pytest.raises(ValueError, match="not a public table"):
+            facts.max_rows_per_key("visits", ("region",))
+
+
 @pytest.mark.parametrize("key", ['privacy_unit = "region"', "max_rows_per_unit = 2", "row_privacy = true",
                                  'unit = "x"'])
 def test_a_public_table_declares_no_unit_or_bound(tmp_path: Path, key: str) -> None:

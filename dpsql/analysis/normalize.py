@@ -105,7 +105,7 @@ def _public_in_lists(tree: exp.Select, policy: Policy, facts: PublicFacts) -> No
         if not isinstance(inner, exp.Query):
             continue
         try:
-            resolved = public_sql(ParsedQuery(inner.sql(DIALECT), inner), policy)
+            resolved = public_sql(inner, policy)
         except QueryRejected:
             continue
         values = facts.values(resolved, MAX_IN_VALUES) if resolved is not None else None

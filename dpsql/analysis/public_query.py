@@ -15,7 +15,7 @@ from dpsql.analysis.vetting import ROW_NODES, describe
 from dpsql.errors import QueryRejected
 from dpsql.policy import Policy
 from dpsql.sql.names import RESERVED_PREFIX, is_reserved, prepared_table
-from dpsql.sql.parse import DIALECT, ParsedQuery
+from dpsql.sql.parse import DIALECT
 
 _QUERY_NODES = frozenset((
     exp.Select, exp.From, exp.Join, exp.Where, exp.Group, exp.Having, exp.Order, exp.Ordered, exp.Limit,
@@ -29,9 +29,9 @@ _WINDOWS = frozenset((exp.Window, exp.WindowSpec, exp.RowNumber, exp.Rank, exp.D
 _ALLOWED = ROW_NODES | _QUERY_NODES | _AGGREGATES | _WINDOWS
 
 
-def public_sql(parsed: ParsedQuery, policy: Policy) -> str | None:
-    """The SQL to run if the query reads only public tables; None if it reads anything else."""
-    tree = parsed.tree
+def public_sql(tree: exp.Expression, policy: Policy) -> str | None:
+    """The SQL to run if the query (a tree: the stages ask of their subqueries, which have no text of their own to
+    generate just for this) reads only public tables; None if it reads anything else."""
     if not isinstance(tree, exp.Query):
         return None
     ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}

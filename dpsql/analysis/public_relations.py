@@ -37,7 +37,7 @@ from dpsql.analysis.public_query import public_sql
 from dpsql.dp.fixedpoint import double
 from dpsql.errors import QueryRejected
 from dpsql.policy import ColumnPolicy, ColumnType, ContributionBound, Policy, Source, TablePolicy
-from dpsql.sql.parse import DIALECT, ParsedQuery
+from dpsql.sql.parse import DIALECT
 
 # The most rows a public relation may have once written into the query (as many as an IN list read from a table).
 MAX_PUBLIC_ROWS = 10_000
@@ -118,7 +118,7 @@ def _inside_public_query(select: exp.Select, policy: Policy) -> bool:
 
 def _public(query: exp.Expression, policy: Policy) -> bool:
     try:
-        return public_sql(ParsedQuery(query.sql(DIALECT), query), policy) is not None
+        return public_sql(query, policy) is not None
     except QueryRejected:
         return False
 
@@ -134,7 +134,7 @@ def _read(query: exp.Expression, policy: Policy, facts: PublicFacts) -> PublicRo
     if not isinstance(query, exp.Query):
         return None
     try:
-        resolved = public_sql(ParsedQuery(query.sql(DIALECT), query), policy)
+        resolved = public_sql(query, policy)
     except QueryRejected:
         return None
     return facts.rows(resolved, MAX_PUBLIC_ROWS) if resolved is not None else None

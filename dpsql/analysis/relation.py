@@ -584,14 +584,15 @@ def _relation_sql(members: list[_Member], mapping: dict[tuple[str, str], str], c
                 flagged.add(mapped)
     first = members[0]
     projection.append(exp.alias_(exp.column(names.UNIT, first.name), names.UNIT))
-    sql = exp.select(*projection).from_(_source(first))
+    # Built in place (copy=False): every part is fresh here, and each builder's copy was of the whole SELECT so far.
+    sql = exp.select(*projection, copy=False).from_(_source(first), copy=False)
     for member, join in zip(members[1:], tree.args.get("joins") or [], strict=True):
         on = join.args["on"].copy().transform(
             lambda n: _physical(renamed[n.table], n.name) if isinstance(n, exp.Column) else n, copy=False)
-        sql = sql.join(_source(member), on=on,
+        sql = sql.join(_source(member), on=on, copy=False,
                        join_type="LEFT" if (join.args.get("side") or "").upper() == "LEFT" else "INNER")
     ranks = [exp.column(names.RANK, m.name) <= m.table.bound.max_rows for m in members if _capped_member(m)]
-    return (sql.where(exp.and_(*ranks)) if ranks else sql), frozenset(flagged), caps
+    return (sql.where(exp.and_(*ranks, copy=False), copy=False) if ranks else sql), frozenset(flagged), caps
 
 
 def _capped_member(member: _Member) -> bool:
@@ -610,7 +611,7 @@ def gated(condition: exp.Expression, caps: dict[str, tuple[str, int]], alias: st
     if not read:
         return condition
     within = exp.and_(*[exp.column(rank, alias) <= cap for rank, cap in sorted(read)])
-    return exp.Case().when(within, condition).else_(exp.false())
+    return exp.Case().when(within, condition.copy(), copy=False).else_(exp.false(), copy=False)
 
 
 def _source(member: _Member) -> exp.Expression:

@@ -50,14 +50,24 @@ class DuckDBPublicFacts:
         return self._cache[key]
 
     def max_rows_per_key(self, table: str, columns: tuple[str, ...]) -> int:
-        keys = [exp.column(exp.to_identifier(c, quoted=True)) for c in columns]
-        counts = exp.select(exp.alias_(exp.Count(this=exp.Star()), "n")).from_(self._public(table)) \
-            .where(exp.and_(*[k.is_(exp.null()).not_() for k in keys])).group_by(*[k.copy() for k in keys])
-        sql = exp.select(exp.func("COALESCE", exp.Max(this=exp.column("n")), exp.Literal.number(0))) \
-            .from_(counts.subquery("c"))
-        return int(self._cached(("k", table, columns), sql)[0][0])
+        key = ("k", table, columns)
+        if key not in self._cache:  # the query's tree is built only when it runs: the check asks on every query
+            keys = [exp.column(exp.to_identifier(c, quoted=True)) for c in columns]
+            counts = exp.select(exp.alias_(exp.Count(this=exp.Star()), "n")).from_(self._public(table)) \
+                .where(exp.and_(*[k.is_(exp.null()).not_() for k in keys])).group_by(*[k.copy() for k in keys])
+            self._cached(key, exp.select(exp.func("COALESCE", exp.Max(this=exp.column("n")), exp.Literal.number(0)))
+                         .from_(counts.subquery("c")))
+        return int(self._cache[key][0][0])
 
     def column(self, table: str, column: str) -> ColumnFacts:
+        # Kept whole, not only the rows it is made of: the check asks for every public column of a join's tables on
+        # each query, and building the two queries' trees cost more than the rest of the lookup.
+        key = ("column", table, column)
+        if key not in self._cache:
+            self._cache[key] = self._column(table, column)
+        return self._cache[key]
+
+    def _column(self, table: str, column: str) -> ColumnFacts:
         policy = self._policy.table(table)
         name = self._public(table)
         value = exp.column(exp.to_identifier(column, quoted=True))
@@ -75,10 +85,10 @@ class DuckDBPublicFacts:
     def values(self, sql: str, limit: int) -> tuple[Any, ...] | None:
         # `sql` came from analysis/public_query.py: every table in it is a declared public table's loaded copy.
         # In order (NULL last), so the same values always give the same SQL text: one plan, one cache entry.
-        distinct = exp.select("*").distinct().from_(sqlglot.parse_one(sql, read=DIALECT).subquery("v")) \
-            .order_by(exp.Ordered(this=exp.Literal.number(1), nulls_first=False)).limit(limit + 1)
         key = ("query", sql, limit)
         if key not in self._cache:
+            distinct = exp.select("*").distinct().from_(sqlglot.parse_one(sql, read=DIALECT).subquery("v")) \
+                .order_by(exp.Ordered(this=exp.Literal.number(1), nulls_first=False)).limit(limit + 1)
             try:
                 self._cache[key] = self._analyst_query(distinct.sql(DIALECT))
             except duckdb.Error:

@@ -190,8 +190,9 @@ def cap_rows(tree: exp.Select, table: TablePolicy, max_rows: int, prepared: str,
     parts = [first_rows]
     windowed_from = max_rows
     if passing_before is not None:
-        decided = exp.Case().when(rank.copy() > examined, exp.false()).when(same.copy(), exp.false()) \
-            .when(passes.copy(), passing_before < max_rows).else_(exp.false())
+        decided = exp.Case().when(rank.copy() > examined, exp.false(), copy=False) \
+            .when(same.copy(), exp.false(), copy=False) \
+            .when(passes.copy(), passing_before < max_rows, copy=False).else_(exp.false(), copy=False)
         lists = [exp.column(names.earlier_column(name)) for name in _listed(table)]
         parts.append(exp.select(exp.Star(except_=lists)).from_(
             exp.to_table(names.later_rows_table(table.name)).as_(alias)).where(decided, copy=False))
@@ -201,12 +202,15 @@ def cap_rows(tree: exp.Select, table: TablePolicy, max_rows: int, prepared: str,
     # One CASE, so that the filter runs only on the rows of units whose filter columns vary (DuckDB evaluated the
     # filter first when it was a conjunction beside the mask's test, and it did not push that test into the scan),
     # and only on the rows within the look-ahead.
-    candidates = exp.Case().when(rank.copy() > examined, exp.false()).when(same, exp.false()) \
-        .when(rank.copy() <= max_rows, exp.Not(this=exp.Coalesce(this=passes.copy(), expressions=[exp.false()]))) \
-        .else_(passes.copy())
+    candidates = exp.Case().when(rank.copy() > examined, exp.false(), copy=False) \
+        .when(same.copy(), exp.false(), copy=False) \
+        .when(rank.copy() <= max_rows, exp.Not(this=exp.Coalesce(this=passes.copy(), expressions=[exp.false()])),
+              copy=False) \
+        .else_(passes.copy(), copy=False)
     in_rank_order = exp.Order(expressions=[exp.Ordered(this=rank.copy())])
     # COUNT of a CASE rather than COUNT(*) FILTER, which the Spark translation does not take.
-    failing_first = exp.Window(this=exp.Count(this=exp.Case().when(rank.copy() <= max_rows, exp.Literal.number(1))),
+    failing_first = exp.Window(this=exp.Count(this=exp.Case().when(rank.copy() <= max_rows, exp.Literal.number(1),
+                                                                   copy=False)),
                                partition_by=[exp.column(names.UNIT)], order=in_rank_order)
     parts.append(kept(rows > windowed_from, candidates).qualify(
         exp.and_(rank.copy() > windowed_from, _rank_among_kept() <= exp.Literal.number(2) * failing_first,
@@ -222,7 +226,8 @@ _UNLIMITED = 2**31 - 1
 def _within(condition: exp.Expression, rank_limit: int) -> exp.Expression:
     """`condition` on the rows ranked within `rank_limit` of their unit, FALSE on the others, without running it
     there: a CASE evaluates its THEN only on the rows its WHEN selects."""
-    return exp.Case().when(exp.column(names.RANK) <= rank_limit, condition.copy()).else_(exp.false())
+    return exp.Case().when(exp.column(names.RANK) <= rank_limit, condition.copy(), copy=False) \
+        .else_(exp.false(), copy=False)
 
 
 def _union(parts: list[exp.Select], alias: str) -> exp.Select:
@@ -291,9 +296,9 @@ def _passing_earlier_rows(condition: exp.Expression, table: TablePolicy, alias: 
         others = [other for other in read if other != name]
         if all(other in flagged for other in others):
             same = _hold_one_value(alias, sum(flagged[other] for other in others))
-            count = count.when(same, _count_earlier(condition, [name], alias, set(others)))
+            count = count.when(same, _count_earlier(condition, [name], alias, set(others)), copy=False)
     zipped = _count_earlier(condition, read, alias, set())
-    return count.else_(zipped) if count.args.get("ifs") else zipped
+    return count.else_(zipped, copy=False) if count.args.get("ifs") else zipped
 
 
 def _count_earlier(condition: exp.Expression, lists: list[str], alias: str, own: set[str]) -> exp.Expression:
