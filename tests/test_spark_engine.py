@@ -60,6 +60,16 @@ SHAPES = [
     "SELECT SUM(age * length_of_stay / 7), AVG(floor(cost / 7) * 1000000000000) FROM visits",  # HUGEINT / INT
     # Text literals reach Spark as the same text (Spark's literals escape with a backslash, DuckDB's do not).
     "SELECT CASE WHEN region = 'north' THEN 'n\\x' ELSE 'it''s' END AS k, COUNT(*) FROM visits GROUP BY k",
+    # issue 34: a TRY's parentheses are kept (`a AND TRY(b OR c)` once counted `a AND b OR c`)
+    "SELECT COUNT(*), AVG(cost) FROM visits WHERE length_of_stay > 0 AND (department = 'oncology' OR "
+    "department = 'cardiology')",
+    "SELECT COUNT(*), COUNT(CASE WHEN age > 30 THEN 1 END) FROM visits WHERE cost IS NULL AND "
+    "(region = 'north' OR abs(age - 50) < 9)",
+    # issue 34: a double divided by 0 is +-inf or NaN, as in DuckDB (Spark's own is NULL); length_of_stay is often 0
+    "SELECT COUNT(*) FROM visits WHERE cost / length_of_stay > 1000",
+    "SELECT cost % length_of_stay > 100 AS k, COUNT(*) FROM visits GROUP BY k",
+    "SELECT SUM(CASE WHEN -cost / length_of_stay < -1000 THEN 1 ELSE 0 END), "
+    "SUM(CASE WHEN (cost - cost) / length_of_stay IS NULL THEN 1 ELSE 0 END) FROM visits",
 ]
 # Shapes the Spark engine refuses before the charge: it cannot promise DuckDB's answer for them.
 REFUSED = [

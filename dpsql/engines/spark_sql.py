@@ -6,13 +6,15 @@ column types, so a refusal is a QueryRejected before the charge ("not supported 
 Only an allow-list of SQL nodes passes (`_ALLOWED`), each one checked to mean the same in both engines on every
 value; everything else is refused, which is also what keeps Spark-only functions (reflect, java_method,
 input_file_name) and file tables (parquet.`/x`) out, should one ever get past the checker. The translations:
-- TRY(e) -> e. The checker already made every analyst expression total (TRY is DuckDB's second layer only), and
-  the engine runs Spark with ANSI mode off, where what would still fail (a bad cast, a division by zero) is NULL.
+- TRY(e) -> (e). The checker already made every analyst expression total (TRY is DuckDB's second layer only), and
+  the engine runs Spark with ANSI mode off, where what would still fail (a bad cast) is NULL. The parentheses
+  stay: sqlglot writes a tree as it is, and `a AND TRY(b OR c)` must not become `a AND b OR c`.
 - HUGEINT (INT128) -> DECIMAL(38, 0); every SUM of integers sums DECIMAL(38, 0) (DuckDB's SUM of integers is a
   HUGEINT; Spark's SUM of a BIGINT would wrap around on overflow).
 - CAST(double AS integer) rounds half to even in DuckDB and truncates in Spark: it becomes CAST(BROUND(e, 0) ...),
   and a TRY_CAST is NULL outside the target's range, as in DuckDB.
 - `/` divides as DOUBLE (Spark would divide DECIMAL as DECIMAL); FLOOR and CEIL of a DOUBLE stay DOUBLE.
+- A double `/` or `%` by 0 (or -0.0) is DuckDB's IEEE result, +-inf or NaN, where Spark's is NULL.
 - POWER(e, 2) -> e * e (both engines' pow(x, 2) is the correctly rounded x * x; Java's general pow need not be).
 - QUALIFY (Spark 3.5 has none) -> a window column in a subquery, filtered outside it.
 Casts from text, of doubles to text, SUMs of doubles (their rounding depends on the order of addition) and any
@@ -72,7 +74,9 @@ def to_spark(sql: str, schema: Schema, trusted: bool = False) -> str:
     _vet(tree, schema, trusted)
     tree = _without_qualify(tree, schema)
     for node in list(tree.find_all(exp.Try)):
-        node.replace(node.this)
+        # TRY's parentheses are the only ones around its argument: `a AND TRY(b OR c)` must not become
+        # `a AND b OR c` (sqlglot writes a tree as it is, adding no parentheses for precedence).
+        node.replace(exp.Paren(this=node.this))
     for node in list(tree.find_all(exp.Left)):  # the same characters; and sqlglot knows SUBSTRING's type
         node.replace(exp.Substring(this=node.this, start=exp.Literal.number(1), length=node.expression))
     try:
@@ -148,7 +152,9 @@ def _translate(node: exp.Expression, trusted: bool) -> exp.Expression:
             operand = node.args[side]
             if _type(operand) not in _FLOATS:
                 node.set(side, exp.Cast(this=operand.copy(), to=exp.DataType.build("DOUBLE")))
-        return node
+        return _by_zero(node, _quotient_by_zero(node.this, node.expression))
+    if isinstance(node, exp.Mod) and _FLOATS & {_type(node.this), _type(node.expression)}:
+        return _by_zero(node, _double("NaN"))  # DuckDB's fmod; an integer % has a nonzero literal divisor
     if isinstance(node, exp.Floor | exp.Ceil) and _type(node.this) in _FLOATS:
         # Spark's FLOOR of a DOUBLE is a BIGINT (saturating beyond its range, then wrapping in later arithmetic);
         # DuckDB's is a DOUBLE. A double of magnitude 2**52 or more is an integer already.
@@ -165,6 +171,32 @@ def _translate(node: exp.Expression, trusted: bool) -> exp.Expression:
         return exp.Paren(this=exp.Mul(this=exp.Paren(this=node.this.copy()), expression=exp.Paren(
             this=node.this.copy())))
     return node
+
+
+def _by_zero(node: exp.Div | exp.Mod, by_zero: exp.Expression) -> exp.Expression:
+    """`x / y` or `x % y` of doubles with DuckDB's (IEEE) meaning where y is 0 or -0.0, which Spark makes NULL:
+    `by_zero` there (when x is not NULL), Spark's own operation elsewhere (the same IEEE result)."""
+    dividend, divisor = node.this, node.expression
+    zero = exp.and_(exp.EQ(this=divisor.copy(), expression=exp.Literal.number(0)),
+                    exp.Not(this=exp.paren(exp.Is(this=dividend.copy(), expression=exp.Null()))))
+    return exp.Case().when(zero, by_zero).else_(node)
+
+
+def _quotient_by_zero(dividend: exp.Expression, divisor: exp.Expression) -> exp.Expression:
+    """x / 0 in IEEE doubles: NaN for x NaN or 0, else an infinity whose sign is x's times the zero's (a negative
+    zero reads '-0.0' as text in Spark, and `-0.0 = 0` is true, so the sign is told by the text)."""
+    positive_zero = exp.EQ(this=exp.Cast(this=divisor.copy(), to=exp.DataType.build("TEXT")),
+                           expression=exp.Literal.string("0.0"))
+    undefined = exp.or_(exp.IsNan(this=dividend.copy()), exp.EQ(this=dividend.copy(),
+                                                                  expression=exp.Literal.number(0)))
+    same_sign = exp.EQ(this=exp.paren(exp.GT(this=dividend.copy(), expression=exp.Literal.number(0))),
+                       expression=exp.paren(positive_zero))
+    return exp.Case().when(undefined, _double("NaN")).when(same_sign, _double("Infinity")).else_(
+        _double("-Infinity"))
+
+
+def _double(text: str) -> exp.Expression:
+    return exp.Cast(this=exp.Literal.string(text), to=exp.DataType.build("DOUBLE"))
 
 
 # Text literals the checker turned into typed constants (`d > '2020-01-01'`), in forms both engines read alike.
