@@ -3,10 +3,12 @@ DuckDB's SQL means. tests/test_spark_engine.py (slow: a JVM) runs the same shape
 
 from __future__ import annotations
 
+import pytest
 import sqlglot
 from sqlglot import exp
 
 from dpsql.engines.spark_sql import SPARK, to_spark
+from dpsql.errors import QueryRejected
 
 SCHEMA = {"t": {"a": "BIGINT", "d": "VARCHAR", "c": "DOUBLE"}}
 
@@ -32,3 +34,19 @@ def test_a_double_divided_by_zero_is_not_left_to_spark() -> None:
         assert isinstance(case, exp.Case), where.sql(SPARK)
         assert case.args["ifs"][0].this.find(exp.EQ).expression == exp.Literal.number(0)
         assert "NaN" in case.sql(SPARK)
+
+
+def test_integer_arithmetic_beyond_decimal_38_is_refused() -> None:
+    """HUGEINT holds about 1.7e38, DECIMAL(38, 0) less than 1e38: what may reach between the two is refused, from
+    the operands' ranges (a product of two BIGINTs, at most 2**126 or 8.5e37, is not)."""
+    wide = "CAST(a AS INT128) * CAST(a AS INT128)"
+    assert "DECIMAL(38, 0)" in to_spark(f"SELECT COUNT(*) FROM t WHERE TRY({wide} + 5 > 0)", SCHEMA)
+    for sql in [f"SELECT COUNT(*) FROM t WHERE TRY({wide} + CAST(a AS INT128) * 2000000000000000000 > 0)",
+                f"SELECT COUNT(*) FROM t WHERE TRY(ABS({wide} - CAST(a AS INT128) * 2000000000000000000) > 0)",
+                f"SELECT SUM(x) FROM (SELECT {wide} AS x FROM t) AS s",  # a sum of 2**63 such rows
+                "SELECT COUNT(*) FROM t WHERE TRY_CAST(c AS INT128) > 0"]:
+        with pytest.raises(QueryRejected, match="not supported on the Spark engine: .*(1e38|HUGEINT)"):
+            to_spark(sql, SCHEMA)
+    clamped = "GREATEST(LEAST(CAST(a AS BIGINT), 800000004), -800000004)"
+    assert to_spark(f"SELECT SUM(x) + CAST(655360001 AS INT128) * COUNT(x) FROM (SELECT {clamped} AS x FROM t) "
+                    "AS s", SCHEMA)

@@ -10,7 +10,9 @@ input_file_name) and file tables (parquet.`/x`) out, should one ever get past th
   the engine runs Spark with ANSI mode off, where what would still fail (a bad cast) is NULL. The parentheses
   stay: sqlglot writes a tree as it is, and `a AND TRY(b OR c)` must not become `a AND b OR c`.
 - HUGEINT (INT128) -> DECIMAL(38, 0); every SUM of integers sums DECIMAL(38, 0) (DuckDB's SUM of integers is a
-  HUGEINT; Spark's SUM of a BIGINT would wrap around on overflow).
+  HUGEINT; Spark's SUM of a BIGINT would wrap around on overflow). DECIMAL(38, 0) holds less than HUGEINT (1e38
+  against 1.7e38): arithmetic, or a cast of a double to HUGEINT, whose range (engines/spark_ranges.py) reaches
+  beyond it is refused.
 - CAST(double AS integer) rounds half to even in DuckDB and truncates in Spark: it becomes CAST(BROUND(e, 0) ...),
   and a TRY_CAST is NULL outside the target's range, as in DuckDB.
 - `/` divides as DOUBLE (Spark would divide DECIMAL as DECIMAL); FLOOR and CEIL of a DOUBLE stay DOUBLE.
@@ -32,6 +34,7 @@ from sqlglot.errors import SqlglotError
 from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
 
+from dpsql.engines.spark_ranges import first_too_wide
 from dpsql.errors import QueryRejected
 from dpsql.sql.parse import DIALECT
 
@@ -85,6 +88,10 @@ def to_spark(sql: str, schema: Schema, trusted: bool = False) -> str:
         tree = annotate_types(tree, schema=_sqlglot_schema(schema), dialect=DIALECT)
     except SqlglotError as exc:
         raise refuse(f"the bounded SQL's types cannot be traced ({type(exc).__name__})") from None
+    too_wide = first_too_wide(tree)
+    if too_wide is not None:
+        raise refuse(f"integer arithmetic that may reach 1e38, beyond Spark's widest integer (DECIMAL(38, 0)) but "
+                     f"not DuckDB's HUGEINT ({too_wide.sql(DIALECT)[:60]}); cast an operand to DOUBLE")
     # Innermost first: a translation reads its operands' types, kept on each replacement.
     for node in reversed(list(tree.walk(bfs=False))):
         translated = _translate(node, trusted)
