@@ -282,14 +282,23 @@ def test_a_parquet_source_is_read_by_spark_and_prepared_alike(engines, tmp_path)
             build()
 
 
-def test_a_value_not_of_its_declared_type_fails_the_load(tmp_path) -> None:
-    (tmp_path / "t.csv").write_text("pid,v\n1,3\n2,x\n")
+@pytest.mark.parametrize(("rows", "message"), [
+    ("pid,v\n1,3\n2,x\n", "cannot load '.*t.csv' with the declared column types: column 'v' has values that are "
+                           "not int"),
+    # issue 34: a ragged line loaded silently on Spark (the extra field dropped, a missing one read as NULL)
+    ("pid,v\n1,3\n2,4,9\n3,5\n", "t.csv: line 3 has 3 fields, but the header has 2"),
+    ("pid,v\n1,3\n2\n3,5\n", "t.csv: line 3 has 1 fields, but the header has 2"),
+])
+def test_a_malformed_csv_fails_the_load_on_both_engines_naming_the_place(tmp_path, rows: str, message: str) -> None:
+    (tmp_path / "t.csv").write_text(rows)
     (tmp_path / "p.toml").write_text(
         '[budget]\nepsilon = 1.0\n\n[engine]\nkind = "spark"\nmaster = "local[2]"\n\n[tables.t]\nsource = "t.csv"\n'
         'privacy_unit = "pid"\nmax_rows_per_unit = 1\n\n[tables.t.columns]\npid = { type = "int" }\n'
         'v = { type = "int", lower = 0, upper = 9 }\n')
-    with pytest.raises(PolicyError, match="table 't', key 'source': cannot load"):
-        SparkEngine(load_policy(tmp_path / "p.toml"))
+    policy = load_policy(tmp_path / "p.toml")
+    for build in (lambda: SparkEngine(policy), lambda: DuckDBEngine(policy)):
+        with pytest.raises(PolicyError, match=f"table 't', key 'source': {message}"):
+            build()
 
 
 def _engine_policy(tmp_path: Path, engine: str) -> Path:

@@ -29,6 +29,7 @@ from sqlglot import exp
 
 from dpsql.engines import spark_store, store
 from dpsql.engines.base import Engine
+from dpsql.engines.csv_shape import csv_problem
 from dpsql.engines.duckdb_engine import data_version
 from dpsql.engines.spark_sql import refuse, to_spark
 from dpsql.errors import ExecutionFailed, PolicyError, QueryRejected, first_line
@@ -148,8 +149,9 @@ class SparkEngine(Engine):
         except QueryRejected as exc:  # a cast of the source's type the translation cannot make exactly
             self._fail(table, "source", str(exc))
         except Exception:  # Spark's own message may quote a row: never shown
+            self._fail_shape(table)
             self._fail(table, "source", f"cannot load {table.source.pattern!r} with the declared column types: "
-                                        "Spark could not read every value as its declared type")
+                                        f"{self._column_hint(table)}")
         finally:
             self._spark.conf.set("spark.sql.ansi.enabled", "false")
             self._spark.catalog.dropTempView(source_view)
@@ -186,7 +188,7 @@ class SparkEngine(Engine):
         session's ANSI setting instead)."""
         kind = table.source.kind
         if kind == "csv":
-            raw = self._spark.read.options(header=True, escape='"', inferSchema=False).csv(table.source.pattern)
+            raw = self._csv(table)
         elif kind == "parquet":
             raw = self._spark.read.parquet(table.source.pattern)
         else:
@@ -213,6 +215,37 @@ class SparkEngine(Engine):
                 self._fail(table, f"columns.{name}", f"the source's type {kind_name} is not supported on Spark")
             duckdb_types[name] = duckdb_type
         return duckdb_types
+
+    def _csv(self, table: TablePolicy, mode: str = "FAILFAST") -> Any:
+        """A CSV source as text columns. FAILFAST: a line with more or fewer fields than the header fails the load,
+        as in DuckDB (Spark's default would drop the extra field or read a missing one as NULL)."""
+        return self._spark.read.options(header=True, escape='"', inferSchema=False, mode=mode).csv(
+            table.source.pattern)
+
+    def _fail_shape(self, table: TablePolicy) -> None:
+        """After Spark failed to load a CSV source: fail naming the file and line that is malformed, if one is (the
+        DuckDB engine's check, engines/csv_shape.py)."""
+        if table.source.kind == "csv":
+            problem = csv_problem(table.source.pattern, table.columns)
+            if problem is not None:
+                self._fail(table, "source", problem)
+
+    def _column_hint(self, table: TablePolicy) -> str:
+        """The first declared column of a CSV source with a value that does not read as its type (Spark's message,
+        which may quote a row, is never shown; nor is a value here)."""
+        if table.source.kind == "csv":
+            view = f"__dp_hint_{uuid.uuid4().hex}"
+            with contextlib.suppress(Exception):  # the generic message follows
+                self._csv(table, "PERMISSIVE").createOrReplaceTempView(view)
+                for name, column in table.columns.items():
+                    raw = _quoted(name).sql("spark")
+                    check = (f"SELECT COUNT(*) FROM {view} WHERE {raw} IS NOT NULL AND "
+                             f"try_cast({raw} AS {_SPARK_TYPES[column.type]}) IS NULL")
+                    if self._spark.sql(check).collect()[0][0]:
+                        self._spark.catalog.dropTempView(view)
+                        return f"column '{name}' has values that are not {column.type.value} (or out of its range)"
+            self._spark.catalog.dropTempView(view)
+        return "Spark could not read every value as its declared type"
 
     def _refuse_fractions(self, table: TablePolicy, view: str, found: dict[str, str]) -> None:
         """A Parquet float or decimal column declared int loads only when every value is whole (as on DuckDB:
