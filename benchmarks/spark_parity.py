@@ -94,6 +94,7 @@ class Summary:
     identical: int = 0
     refused_by_both: int = 0
     refused_on_spark: Counter = field(default_factory=Counter)  # reason -> queries
+    examples: dict[str, str] = field(default_factory=dict)  # reason -> its first query
     different: list[tuple[str, str]] = field(default_factory=list)  # (query, what differs)
     shapes: Counter = field(default_factory=Counter)
 
@@ -102,7 +103,8 @@ class Summary:
         lines = [f"{self.queries} queries ({', '.join(f'{n} {s}' for s, n in sorted(self.shapes.items()))}): "
                  f"{self.identical} identical, {self.refused_by_both} refused by both, {spark_only} refused on "
                  f"Spark only (before any charge), {len(self.different)} different"]
-        lines += [f"  refused on Spark {n}x: {reason}" for reason, n in self.refused_on_spark.most_common(15)]
+        lines += [f"  refused on Spark {n}x: {reason}\n      e.g. {self.examples[reason]}"
+                  for reason, n in self.refused_on_spark.most_common(15)]
         lines += [f"  DIFFERENT {sql}\n      {why}" for sql, why in self.different[:20]]
         return lines
 
@@ -145,6 +147,7 @@ class Parity:
                 summary.different.append((sql, f"refused on Spark after a charge: {spark_refusal}"))
             else:
                 summary.refused_on_spark[_reason(spark_refusal)] += 1
+                summary.examples.setdefault(_reason(spark_refusal), sql)
         elif duck_refusal is not None and spark_refusal is not None:
             summary.refused_by_both += 1
         elif duck_refusal is not None or spark_refusal is not None:

@@ -70,6 +70,14 @@ SHAPES = [
     "SELECT cost % length_of_stay > 100 AS k, COUNT(*) FROM visits GROUP BY k",
     "SELECT SUM(CASE WHEN -cost / length_of_stay < -1000 THEN 1 ELSE 0 END), "
     "SUM(CASE WHEN (cost - cost) / length_of_stay IS NULL THEN 1 ELSE 0 END) FROM visits",
+    # issue 34: shapes Spark refused before
+    "SELECT department, sex, COUNT(*), AVG(cost) FROM visits GROUP BY ROLLUP (department, sex)",  # GROUPING
+    "SELECT region, sex, SUM(length_of_stay) FROM visits GROUP BY CUBE (region, sex)",
+    "SELECT dayofweek(visit_date) AS d, COUNT(*) FROM visits GROUP BY d",  # Sunday is 0
+    "SELECT n, AVG(mean_cost), SUM(DISTINCT n) FROM (SELECT patient_id, COUNT(*) AS n, AVG(cost) AS mean_cost "
+    "FROM visits GROUP BY patient_id) AS u GROUP BY n",  # per-unit AVG (NULLIF), SUM(DISTINCT)
+    "SELECT region, COUNT(*) FROM visits v WHERE NOT EXISTS (SELECT 1 FROM patients p WHERE p.patient_id = "
+    "v.patient_id AND p.birth_year > 1960) GROUP BY region",
 ]
 # Shapes the Spark engine refuses before the charge: it cannot promise DuckDB's answer for them.
 REFUSED = [

@@ -50,3 +50,15 @@ def test_integer_arithmetic_beyond_decimal_38_is_refused() -> None:
     clamped = "GREATEST(LEAST(CAST(a AS BIGINT), 800000004), -800000004)"
     assert to_spark(f"SELECT SUM(x) + CAST(655360001 AS INT128) * COUNT(x) FROM (SELECT {clamped} AS x FROM t) "
                     "AS s", SCHEMA)
+
+
+@pytest.mark.parametrize(("duckdb", "spark"), [
+    ("SELECT DAYOFWEEK(dt) AS k, COUNT(*) FROM u GROUP BY k", "(DAYOFWEEK(u.dt) - 1)"),  # Sunday: 0 in DuckDB
+    ("SELECT GROUPING(d, a), COUNT(*) FROM u GROUP BY ROLLUP (d, a)", "GROUPING_ID(u.d, u.a)"),
+    ("SELECT SUM(a) / NULLIF(COUNT(a), 0) FROM u", "CASE WHEN COUNT(u.a) = 0 THEN NULL ELSE COUNT(u.a) END"),
+    ("SELECT SUM(DISTINCT a) FROM u", "SUM(DISTINCT CAST(u.a AS DECIMAL(38, 0)))"),
+])
+def test_functions_spark_writes_otherwise_are_translated(duckdb: str, spark: str) -> None:
+    translated = to_spark(duckdb, {"u": {"a": "BIGINT", "d": "VARCHAR", "dt": "DATE"}})
+    assert spark in translated, translated
+    sqlglot.parse_one(translated, read=SPARK)  # and it is Spark SQL

@@ -56,6 +56,8 @@ class _Ranges:
     def _range(self, node: exp.Expression) -> Range:
         if isinstance(node, exp.Paren | exp.Alias):
             return self.of(node.this)
+        if isinstance(node, exp.Distinct) and len(node.expressions) == 1:  # SUM(DISTINCT x)
+            return self.of(node.expressions[0])
         if isinstance(node, exp.Literal) and not node.is_string:
             return _literal(node.name)
         if isinstance(node, exp.Neg):

@@ -17,6 +17,8 @@ input_file_name) and file tables (parquet.`/x`) out, should one ever get past th
   and a TRY_CAST is NULL outside the target's range, as in DuckDB.
 - `/` divides as DOUBLE (Spark would divide DECIMAL as DECIMAL); FLOOR and CEIL of a DOUBLE stay DOUBLE.
 - A double `/` or `%` by 0 (or -0.0) is DuckDB's IEEE result, +-inf or NaN, where Spark's is NULL.
+- DAYOFWEEK(d) -> DAYOFWEEK(d) - 1 (Sunday is 0 in DuckDB, 1 in Spark); DAYOFYEAR, QUARTER and EXISTS mean the same.
+- GROUPING(a, b) -> grouping_id(a, b) (Spark's GROUPING takes one column); ROLLUP, CUBE, GROUPING SETS as written.
 - POWER(e, 2) -> e * e (both engines' pow(x, 2) is the correctly rounded x * x; Java's general pow need not be).
 - QUALIFY (Spark 3.5 has none) -> a window column in a subquery, filtered outside it.
 Casts from text, of doubles to text, SUMs of doubles (their rounding depends on the order of addition) and any
@@ -50,7 +52,8 @@ _ALLOWED = (
     exp.Is, exp.Not, exp.And, exp.Or, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Add, exp.Sub, exp.Mul,
     exp.Div, exp.Neg, exp.Mod, exp.Case, exp.If, exp.Coalesce, exp.Greatest, exp.Least, exp.Abs, exp.Floor,
     exp.Ceil, exp.Cast, exp.TryCast, exp.Try, exp.Count, exp.Sum, exp.Max, exp.Min, exp.Distinct, exp.Pow,
-    exp.Year, exp.Month, exp.Day, exp.Length, exp.Tuple, exp.BitwiseAnd,
+    exp.Year, exp.Month, exp.Day, exp.Length, exp.Tuple, exp.BitwiseAnd, exp.DayOfWeek, exp.DayOfYear, exp.Quarter,
+    exp.Exists, exp.Grouping, exp.GroupingSets, exp.Rollup, exp.Cube, exp.Nullif,
 )
 # Built by dpsql itself at load (rewrite/bounding.py), never from an analyst's text.
 _LOAD_ONLY = (exp.MD5, exp.Concat, exp.DPipe, exp.IsNan, exp.Left, exp.Substring, exp.NullSafeEQ)
@@ -152,6 +155,8 @@ def _translate(node: exp.Expression, trusted: bool) -> exp.Expression:
         kind = _type(node.this)
         if kind in _FLOATS or kind not in _INTEGERS | {exp.DataType.Type.DECIMAL}:
             raise refuse(f"a SUM of {kind.value if kind else 'unknown'} values (only integer sums are exact)")
+        if isinstance(node.this, exp.Distinct):  # SUM(DISTINCT x): the same distinct values, widened
+            return exp.Sum(this=exp.Distinct(expressions=[exp.cast(e, _WIDE.copy()) for e in node.this.expressions]))
         return exp.Sum(this=exp.cast(node.this, _WIDE.copy()))
     if isinstance(node, exp.Div):
         # DuckDB's `/` divides as DOUBLE whatever the operands; Spark's divides DECIMAL (a HUGEINT here) as DECIMAL.
@@ -172,6 +177,13 @@ def _translate(node: exp.Expression, trusted: bool) -> exp.Expression:
         if not all(_type(operand) in _INTEGERS for operand in (node.this, node.expression)):
             raise refuse("& of values that are not integers")
         return node
+    if isinstance(node, exp.Grouping):  # GROUPING(a, b) in DuckDB is Spark's grouping_id(a, b): a's bit the highest
+        return exp.Anonymous(this="grouping_id", expressions=[e.copy() for e in node.expressions])
+    if isinstance(node, exp.Nullif):  # as its definition: the operands are of one type, equal alike in both engines
+        equal = exp.EQ(this=node.this.copy(), expression=node.expression.copy())
+        return exp.Case().when(equal, exp.Null()).else_(node.this.copy())
+    if isinstance(node, exp.DayOfWeek):  # DuckDB counts from Sunday = 0, Spark from Sunday = 1
+        return exp.paren(exp.Sub(this=node.copy(), expression=exp.Literal.number(1)), copy=False)
     if isinstance(node, exp.Pow):
         if not (isinstance(node.expression, exp.Literal) and node.expression.name in ("2", "2.0")):
             raise refuse("POWER other than a square")
