@@ -17,20 +17,22 @@ any of that (policy.SPARK_SETTINGS).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import decimal
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from sqlglot import exp
 
+from dpsql.analysis.public_facts import PublicFacts
 from dpsql.engines import spark_store, store
-from dpsql.engines.base import Engine
+from dpsql.engines.base import Engine, ReleasedTable
 from dpsql.engines.csv_shape import csv_problem
-from dpsql.engines.duckdb_engine import data_version
+from dpsql.engines.duckdb_engine import DuckDBEngine, data_version
 from dpsql.engines.spark_sql import refuse, to_spark
 from dpsql.errors import ExecutionFailed, PolicyError, QueryRejected, first_line
 from dpsql.policy import ColumnType, EngineChoice, Policy, TablePolicy
@@ -55,6 +57,9 @@ _SPARK_TYPES = {ColumnType.INT: "BIGINT", ColumnType.FLOAT: "DOUBLE", ColumnType
 # Spark's names of the source types the translation knows, as DuckDB names them.
 _FROM_SPARK = {"TINYINT": "TINYINT", "SMALLINT": "SMALLINT", "INT": "INTEGER", "BIGINT": "BIGINT", "FLOAT": "FLOAT",
                "DOUBLE": "DOUBLE", "STRING": "VARCHAR", "BOOLEAN": "BOOLEAN", "DATE": "DATE"}
+# The DuckDB types of the public tables' columns (as loaded from the declared types), as pyspark.sql.types.
+_SPARK_FIELDS = {"BIGINT": "LongType", "DOUBLE": "DoubleType", "VARCHAR": "StringType", "BOOLEAN": "BooleanType",
+                 "DATE": "DateType"}
 _INTEGER_RESULTS = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT"}
 _RESULT_TYPES = _INTEGER_RESULTS | {"BOOLEAN", "DOUBLE", "VARCHAR", "DATE", '"NULL"', "NULL"}
 _shared_lock = threading.Lock()
@@ -115,9 +120,17 @@ class SparkEngine(Engine):
             load_sql = store.load_sql(policy, portable=True, listed=False)
             frames = self._from_store(policy.store, private, spark_store.identity(
                 self.data_version, bounding_seed, self._spark.version, load_sql), salt)
+        # The public tables are DuckDB's (loaded, typed and cleaned as the DuckDB engine does), which answers the
+        # queries of public tables and the facts that bound joins with them; Spark joins the very same rows, copied.
+        public = {t.name: t for t in policy.tables.values() if t.public}
+        self._public: DuckDBEngine | None = None
+        if public:
+            self._public = DuckDBEngine(dataclasses.replace(policy, tables=public, store=None))
         with sandbox.opened() as twin:
             for table in private:
                 self._register(table, frames[table.name], twin)
+            for table in public.values():
+                self._copy_public(table, twin)
             self._twin = twin
 
     def _from_store(self, path: Path, private: list[TablePolicy], wanted: store.Identity, salt: int) -> dict[str, Any]:
@@ -166,6 +179,30 @@ class SparkEngine(Engine):
         twin.execute(f"CREATE TABLE {name} AS {prepared_rows(table, empty, 0, portable=True).sql(DIALECT)}")
         self._schema[name] = {row[0]: row[1] for row in twin.execute(f"DESCRIBE {name}").fetchall()}
         self._check_per_unit(table, name)
+
+    def _copy_public(self, table: TablePolicy, twin: Any) -> None:
+        """A public table's rows, as the DuckDB engine loaded them, as a Spark view (and its empty twin)."""
+        from pyspark.sql import types
+
+        assert self._public is not None
+        name = prepared_table(table.name)
+        columns, kinds, rows = self._public.run_public(f"SELECT * FROM {name}")
+        spark_types = [_SPARK_FIELDS.get(kind.upper()) for kind in kinds]
+        if None in spark_types:
+            kind = kinds[spark_types.index(None)]
+            self._fail(table, f"columns.{columns[spark_types.index(None)]}", f"{kind} columns are not supported on "
+                                                                            "Spark")
+        schema = types.StructType([types.StructField(c, getattr(types, t)()) for c, t in zip(columns, spark_types,
+                                                                                              strict=True)])
+        frame = self._spark.createDataFrame(rows, schema).persist()
+        frame.createOrReplaceTempView(name)
+        self._cached.append(frame)
+        described = ", ".join(f"{_quoted(c).sql(DIALECT)} {k}" for c, k in zip(columns, kinds, strict=True))
+        twin.execute(f"CREATE TABLE {name} ({described})")
+        self._schema[name] = dict(zip(columns, kinds, strict=True))
+
+    def public_facts(self) -> PublicFacts | None:
+        return self._public.public_facts() if self._public is not None else None
 
     def _check_per_unit(self, table: TablePolicy, name: str) -> None:
         """A column declared per_unit must have one value in each unit, as DuckDB's load checks (engines/loading.py):
@@ -315,11 +352,18 @@ class SparkEngine(Engine):
                 timer.cancel()
                 self._stop = None
 
-    def run_public(self, sql: str) -> tuple[list[str], list[str], list[tuple[Any, ...]]]:
-        raise refuse("queries of public tables")
+    def run_public(self, sql: str, released: Sequence[ReleasedTable] = ()) -> tuple[list[str], list[str],
+                                                                                    list[tuple[Any, ...]]]:
+        """A query of public tables only: on the DuckDB engine that holds them, as on the DuckDB engine."""
+        return self._public_side().run_public(sql, released)
 
     def describe_public(self, sql: str) -> tuple[list[str], list[str]]:
-        raise refuse("queries of public tables")
+        return self._public_side().describe_public(sql)
+
+    def _public_side(self) -> DuckDBEngine:
+        if self._public is None:
+            raise refuse("queries of public tables, where the policy declares none")
+        return self._public
 
     def interrupt(self) -> None:
         stop = self._stop
@@ -335,6 +379,8 @@ class SparkEngine(Engine):
                 with contextlib.suppress(Exception):
                     self._spark.catalog.dropTempView(name)
             self._twin.close()
+            if self._public is not None:
+                self._public.close()
 
 
 def _quoted(name: str) -> exp.Column:
