@@ -54,11 +54,19 @@ def test_integer_arithmetic_beyond_decimal_38_is_refused() -> None:
 
 @pytest.mark.parametrize(("duckdb", "spark"), [
     ("SELECT DAYOFWEEK(dt) AS k, COUNT(*) FROM u GROUP BY k", "(DAYOFWEEK(u.dt) - 1)"),  # Sunday: 0 in DuckDB
-    ("SELECT GROUPING(d, a), COUNT(*) FROM u GROUP BY ROLLUP (d, a)", "GROUPING_ID(u.d, u.a)"),
+    ("SELECT GROUPING(d, a), COUNT(*) FROM u GROUP BY ROLLUP (d, a)", "(GROUPING(u.a) * 1 + GROUPING(u.d) * 2)"),
     ("SELECT SUM(a) / NULLIF(COUNT(a), 0) FROM u", "CASE WHEN COUNT(u.a) = 0 THEN NULL ELSE COUNT(u.a) END"),
     ("SELECT SUM(DISTINCT a) FROM u", "SUM(DISTINCT CAST(u.a AS DECIMAL(38, 0)))"),
+    ("SELECT SIGN(x) FROM u", "WHEN ISNAN(u.x) THEN 0"),  # DuckDB's sign of NaN is 0, Spark's signum NaN
+    ("SELECT ROUND(x) FROM u", "CASE WHEN ROUND(u.x) = 0 THEN u.x * CAST('0.0' AS DOUBLE) ELSE ROUND(u.x) END"),
+    ("SELECT SQRT(x) FROM u", "SQRT(u.x)"),
 ])
 def test_functions_spark_writes_otherwise_are_translated(duckdb: str, spark: str) -> None:
-    translated = to_spark(duckdb, {"u": {"a": "BIGINT", "d": "VARCHAR", "dt": "DATE"}})
+    translated = to_spark(duckdb, {"u": {"a": "BIGINT", "d": "VARCHAR", "dt": "DATE", "x": "DOUBLE"}})
     assert spark in translated, translated
     sqlglot.parse_one(translated, read=SPARK)  # and it is Spark SQL
+
+
+def test_round_to_decimal_places_of_a_double_is_refused() -> None:
+    with pytest.raises(QueryRejected, match="round\\(\\) of a double to 2 decimal places"):
+        to_spark("SELECT ROUND(c, 2) FROM t", SCHEMA)

@@ -18,7 +18,10 @@ input_file_name) and file tables (parquet.`/x`) out, should one ever get past th
 - `/` divides as DOUBLE (Spark would divide DECIMAL as DECIMAL); FLOOR and CEIL of a DOUBLE stay DOUBLE.
 - A double `/` or `%` by 0 (or -0.0) is DuckDB's IEEE result, +-inf or NaN, where Spark's is NULL.
 - DAYOFWEEK(d) -> DAYOFWEEK(d) - 1 (Sunday is 0 in DuckDB, 1 in Spark); DAYOFYEAR, QUARTER and EXISTS mean the same.
-- GROUPING(a, b) -> grouping_id(a, b) (Spark's GROUPING takes one column); ROLLUP, CUBE, GROUPING SETS as written.
+- GROUPING(a, b) -> grouping(a) * 2 + grouping(b) (Spark's GROUPING takes one column, its grouping_id all of the
+  grouping columns); ROLLUP, CUBE, GROUPING SETS and VALUES (a public CTE, inlined) as written.
+- SQRT is IEEE's correctly rounded square root in both (NaN below 0); SIGN is a CASE (DuckDB's sign of NaN is 0);
+  ROUND of a double to a whole number, or of an integer, is the same in both (`_rounded`).
 - POWER(e, 2) -> e * e (both engines' pow(x, 2) is the correctly rounded x * x; Java's general pow need not be).
 - QUALIFY (Spark 3.5 has none) -> a window column in a subquery, filtered outside it.
 Casts from text, of doubles to text, SUMs of doubles (their rounding depends on the order of addition) and any
@@ -53,7 +56,8 @@ _ALLOWED = (
     exp.Div, exp.Neg, exp.Mod, exp.Case, exp.If, exp.Coalesce, exp.Greatest, exp.Least, exp.Abs, exp.Floor,
     exp.Ceil, exp.Cast, exp.TryCast, exp.Try, exp.Count, exp.Sum, exp.Max, exp.Min, exp.Distinct, exp.Pow,
     exp.Year, exp.Month, exp.Day, exp.Length, exp.Tuple, exp.BitwiseAnd, exp.DayOfWeek, exp.DayOfYear, exp.Quarter,
-    exp.Exists, exp.Grouping, exp.GroupingSets, exp.Rollup, exp.Cube, exp.Nullif,
+    exp.Exists, exp.Grouping, exp.GroupingSets, exp.Rollup, exp.Cube, exp.Nullif, exp.Values, exp.Sqrt, exp.Sign,
+    exp.Round,
 )
 # Built by dpsql itself at load (rewrite/bounding.py), never from an analyst's text.
 _LOAD_ONLY = (exp.MD5, exp.Concat, exp.DPipe, exp.IsNan, exp.Left, exp.Substring, exp.NullSafeEQ)
@@ -164,9 +168,10 @@ def _translate(node: exp.Expression, trusted: bool) -> exp.Expression:
             operand = node.args[side]
             if _type(operand) not in _FLOATS:
                 node.set(side, exp.Cast(this=operand.copy(), to=exp.DataType.build("DOUBLE")))
-        return _by_zero(node, _quotient_by_zero(node.this, node.expression))
+        return node if _nonzero(node.expression) else _by_zero(node, _quotient_by_zero(node.this, node.expression))
     if isinstance(node, exp.Mod) and _FLOATS & {_type(node.this), _type(node.expression)}:
-        return _by_zero(node, _double("NaN"))  # DuckDB's fmod; an integer % has a nonzero literal divisor
+        # DuckDB's fmod (an integer % has a nonzero literal divisor)
+        return node if _nonzero(node.expression) else _by_zero(node, _double("NaN"))
     if isinstance(node, exp.Floor | exp.Ceil) and _type(node.this) in _FLOATS:
         # Spark's FLOOR of a DOUBLE is a BIGINT (saturating beyond its range, then wrapping in later arithmetic);
         # DuckDB's is a DOUBLE. A double of magnitude 2**52 or more is an integer already.
@@ -177,11 +182,24 @@ def _translate(node: exp.Expression, trusted: bool) -> exp.Expression:
         if not all(_type(operand) in _INTEGERS for operand in (node.this, node.expression)):
             raise refuse("& of values that are not integers")
         return node
-    if isinstance(node, exp.Grouping):  # GROUPING(a, b) in DuckDB is Spark's grouping_id(a, b): a's bit the highest
-        return exp.Anonymous(this="grouping_id", expressions=[e.copy() for e in node.expressions])
+    if isinstance(node, exp.Grouping):  # GROUPING(a, b): a's bit the highest; Spark's GROUPING takes one column
+        bits = [exp.Mul(this=exp.Anonymous(this="grouping", expressions=[e.copy()]),
+                        expression=exp.Literal.number(2 ** i)) for i, e in enumerate(reversed(node.expressions))]
+        total = bits[0]
+        for bit in bits[1:]:
+            total = exp.Add(this=total, expression=bit)
+        return exp.paren(total, copy=False)
     if isinstance(node, exp.Nullif):  # as its definition: the operands are of one type, equal alike in both engines
         equal = exp.EQ(this=node.this.copy(), expression=node.expression.copy())
         return exp.Case().when(equal, exp.Null()).else_(node.this.copy())
+    if isinstance(node, exp.Sign):  # DuckDB's sign of NaN is 0, Spark's signum NaN (and NaN > 0 is true in both)
+        value = node.this
+        nan = exp.IsNan(this=value.copy()) if _type(value) in _FLOATS else exp.false()
+        return (exp.Case().when(exp.Is(this=value.copy(), expression=exp.Null()), exp.Null())
+                .when(nan, exp.Literal.number(0)).when(value.copy() > exp.Literal.number(0), exp.Literal.number(1))
+                .when(value.copy() < exp.Literal.number(0), exp.Literal.number(-1)).else_(exp.Literal.number(0)))
+    if isinstance(node, exp.Round):
+        return _rounded(node)
     if isinstance(node, exp.DayOfWeek):  # DuckDB counts from Sunday = 0, Spark from Sunday = 1
         return exp.paren(exp.Sub(this=node.copy(), expression=exp.Literal.number(1)), copy=False)
     if isinstance(node, exp.Pow):
@@ -190,6 +208,44 @@ def _translate(node: exp.Expression, trusted: bool) -> exp.Expression:
         return exp.Paren(this=exp.Mul(this=exp.Paren(this=node.this.copy()), expression=exp.Paren(
             this=node.this.copy())))
     return node
+
+
+def _rounded(node: exp.Round) -> exp.Expression:
+    """ROUND of an integer to places >= 0 is the integer in both; of a double to a whole number, half away from
+    zero in both (DuckDB's std::round, Spark's exact HALF_UP), NaN and +-inf kept. At other places DuckDB scales by
+    10^n in floating point and Spark rounds the exact decimal: they can differ by one in the last place kept."""
+    places = node.args.get("decimals")
+    value = 0 if places is None else _literal_integer(places)
+    if _type(node.this) in _INTEGERS and value is not None and value >= 0:
+        return node
+    if _type(node.this) in _FLOATS and value == 0:
+        # Spark's rounding goes through a decimal, which has no -0.0: round(-0.4) is -0.0 in DuckDB, 0.0 in Spark.
+        rounded = exp.Round(this=node.this.copy())
+        signed_zero = exp.Mul(this=node.this.copy(), expression=_double("0.0"))
+        return exp.Case().when(exp.EQ(this=rounded.copy(), expression=exp.Literal.number(0)), signed_zero).else_(
+            rounded)
+    raise refuse(f"round() of a double to {value} decimal places (DuckDB scales by 10^n in floating point, Spark "
+                 "rounds the exact decimal)")
+
+
+def _literal_integer(node: exp.Expression) -> int | None:
+    negative = isinstance(node, exp.Neg)
+    node = node.this if negative else node
+    if isinstance(node, exp.Literal) and not node.is_string and node.name.isdigit():
+        return -int(node.name) if negative else int(node.name)
+    return None
+
+
+def _nonzero(divisor: exp.Expression) -> bool:
+    """A number literal other than 0 (as written, or cast to DOUBLE): no row divides by zero."""
+    while isinstance(divisor, exp.Cast | exp.Paren | exp.Neg):
+        divisor = divisor.this
+    if not isinstance(divisor, exp.Literal) or divisor.is_string:
+        return False
+    try:
+        return float(divisor.name) != 0.0
+    except ValueError:
+        return False
 
 
 def _by_zero(node: exp.Div | exp.Mod, by_zero: exp.Expression) -> exp.Expression:
