@@ -56,7 +56,7 @@ ADVERSARIAL = [
     [(10 ** 6 + 1, "d", "", 100, 30, None, 5e-324, True, "2021-06-30"),
      (10 ** 6 + 1, "d", " north", 3, 7, 0.0, -5e-324, True, "2021-07-01"),
      (10 ** 6 + 1, "a", "NORTH", 2 ** 53 + 1, 2 ** 31, 2.5, 2.5, False, "2022-01-01"),
-     (10 ** 6 + 1, "b", "a\tb 😀", 99, 2, -0.4, -0.5, False, "2022-01-02")],
+     (10 ** 6 + 1, "b", "a\\b\t😀%_!", 99, 2, -0.4, -0.5, False, "2022-01-02")],
     [(10 ** 6 + 2, "b", "east", -7, -3, -2.5, -2.5, True, "2023-03-03")] * MAX_ROWS,
 ]
 # Expressions over the adversarial values: divisions by values that can be 0 (and -0.0), remainders, products of
@@ -69,13 +69,14 @@ ADVERSARIAL_SOURCE = Source(
      "round(cost)": "float", "sign(score)": "int", "nullif(stay, 0)": "int", "dayofweek(day)": "int"},
     frozenset({"cost", "cost / score", "cost % score"}),
     ("score / stay < 0", "cost / score > 1", "age % 7", "(age * stay) % 3", "cost % score IS NULL",
-     "1 / score > 5", "dept", "region", "round(score)", "sign(cost)", "dayofweek(day)"),
+     "1 / score > 5", "dept", "region", "round(score)", "sign(cost)", "dayofweek(day)", "region LIKE '%o%'"),
     ("1 / score > 5", "cost / score IS NULL", "score / stay < 0", "cost % score > 1", "age * stay > 100",
      "age * age * 3 > 0", "abs(age - 50) < 9 OR dept = 'a'", "(dept = 'a' OR dept = 'b') AND stay > 0",
      "cost IS NULL AND (region = 'north' OR abs(age - 50) < 9)", "age * stay * 2 + 1 > 0",
      "NOT (score > 0 OR cost > 0)", "cost = -cost", "score <> score", "age / stay = age / stay",
      "age * age + age * 2000000000000000000 > 0", "age * stay + 20000000000000000000000000000000000000 > 0",
-     "sqrt(cost) > 3", "nullif(score, 0.0) IS NULL", "round(score) = 0"),
+     "sqrt(cost) > 3", "nullif(score, 0.0) IS NULL", "round(score) = 0", "region LIKE '%\\%'",
+     "region LIKE '_' OR region LIKE '%😀%'", "region NOT LIKE 'n%'", "region LIKE '%!%!_%' ESCAPE '!'"),
     "pid")
 PARITY_SOURCES = (*SOURCES, ADVERSARIAL_SOURCE, ADVERSARIAL_SOURCE)  # the adversarial source weighs double
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from sqlglot import exp
 
 pytest.importorskip("pyspark")
 
@@ -24,6 +25,7 @@ from dpsql.errors import ExecutionFailed, PolicyError, ProgrammingError, QueryRe
 from dpsql.policy import EngineChoice, load_policy
 from dpsql.session import PrivateSession
 from dpsql.sql import names
+from dpsql.sql.parse import DIALECT
 from tests.conftest import SAMPLE, copy_visits_data
 
 # A JVM and Spark sessions: the full suite runs this module, the fast inner loop does not.
@@ -83,7 +85,7 @@ SHAPES = [
 ]
 # Shapes the Spark engine refuses before the charge: it cannot promise DuckDB's answer for them.
 REFUSED = [
-    ("SELECT COUNT(*) FROM visits WHERE department LIKE 'c%'", "LIKE"),
+    ("SELECT COUNT(*) FROM visits WHERE department ILIKE 'c%'", "ILIKE"),
     ("SELECT lower(region) AS r, COUNT(*) FROM visits GROUP BY r", "LOWER"),
     ("SELECT COUNT(*) FROM visits WHERE round(cost, 2) > 5", r"round\(\) of a double to 2 decimal places"),
     ("SELECT SUM(ln(cost + 1)) FROM visits", "LN"),
@@ -413,3 +415,34 @@ def test_a_readable_or_unfinished_store_is_never_used(tmp_path) -> None:
     assert rebuilt.store_built and (folder / "identity.json").exists()
     rebuilt.close()
     assert not list(tmp_path.glob(".p.store.spark.*"))  # no building or old folder left behind
+
+
+# issue 34: LIKE on Spark. Texts and patterns where the engines' LIKE could part: a backslash (DuckDB's is a
+# literal, Spark's default escape), ESCAPE before any character, code points beyond one byte or one UTF-16 unit,
+# a tab and a newline, case, the empty text and pattern.
+LIKE_TEXTS = ["a\\b", "a%b", "a_b", "é", "\U0001F600", "x\ty", "AbC", "", "a!b", "line\nbreak", "a\\\\b", "ab", "a%"]
+LIKE_PATTERNS = [("%\\%", None), ("a\\b", None), ("a\\\\b", None), ("a!%b", "!"), ("a!!b", "!"), ("a!b", "!"),
+                 ("_", None), ("__", None), ("%%", None), ("a_b", None), ("%\U0001F600%", None), ("A%", None),
+                 ("a!_b", "!"), ("", None), ("%b", None), ("x_y", None), ("line_break", None), ("a\\%", "\\")]
+
+
+def test_like_matches_in_spark_as_in_duckdb(engines) -> None:
+    """The translated LIKE (spark_sql._like) run on both engines over the same texts: the same rows match."""
+    _, spark, _ = engines
+    table = "__dp_like_texts"
+    spark._spark.createDataFrame([(t,) for t in LIKE_TEXTS], "t string").createOrReplaceTempView(table)
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE {table} (t VARCHAR)")
+    con.executemany(f"INSERT INTO {table} VALUES (?)", [(t,) for t in LIKE_TEXTS])
+    try:
+        for pattern, escape in LIKE_PATTERNS:
+            like = exp.Like(this=exp.column("t"), expression=exp.Literal.string(pattern))
+            condition = like if escape is None else exp.Escape(this=like, expression=exp.Literal.string(escape))
+            sql = exp.select("t", exp.alias_(condition, "m")).from_(table).sql(DIALECT)
+            expected = sorted(con.execute(sql).fetchall())
+            translated = to_spark(sql, {table: {"t": "VARCHAR"}})
+            assert sorted(tuple(row) for row in spark._spark.sql(translated).collect()) == expected, translated
+            assert any(m for _, m in expected), pattern  # each pattern matches something
+    finally:
+        spark._spark.catalog.dropTempView(table)
+        con.close()

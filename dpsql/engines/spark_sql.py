@@ -22,6 +22,7 @@ input_file_name) and file tables (parquet.`/x`) out, should one ever get past th
   grouping columns); ROLLUP, CUBE, GROUPING SETS and VALUES (a public CTE, inlined) as written.
 - SQRT is IEEE's correctly rounded square root in both (NaN below 0); SIGN is a CASE (DuckDB's sign of NaN is 0);
   ROUND of a double to a whole number, or of an integer, is the same in both (`_rounded`).
+- LIKE's pattern is rewritten for Spark's backslash escapes (`_like`); ILIKE stays refused (case folding).
 - POWER(e, 2) -> e * e (both engines' pow(x, 2) is the correctly rounded x * x; Java's general pow need not be).
 - QUALIFY (Spark 3.5 has none) -> a window column in a subquery, filtered outside it.
 Casts from text, of doubles to text, SUMs of doubles (their rounding depends on the order of addition) and any
@@ -57,7 +58,7 @@ _ALLOWED = (
     exp.Ceil, exp.Cast, exp.TryCast, exp.Try, exp.Count, exp.Sum, exp.Max, exp.Min, exp.Distinct, exp.Pow,
     exp.Year, exp.Month, exp.Day, exp.Length, exp.Tuple, exp.BitwiseAnd, exp.DayOfWeek, exp.DayOfYear, exp.Quarter,
     exp.Exists, exp.Grouping, exp.GroupingSets, exp.Rollup, exp.Cube, exp.Nullif, exp.Values, exp.Sqrt, exp.Sign,
-    exp.Round,
+    exp.Round, exp.Like, exp.Escape,
 )
 # Built by dpsql itself at load (rewrite/bounding.py), never from an analyst's text.
 _LOAD_ONLY = (exp.MD5, exp.Concat, exp.DPipe, exp.IsNan, exp.Left, exp.Substring, exp.NullSafeEQ)
@@ -200,6 +201,10 @@ def _translate(node: exp.Expression, trusted: bool) -> exp.Expression:
                 .when(value.copy() < exp.Literal.number(0), exp.Literal.number(-1)).else_(exp.Literal.number(0)))
     if isinstance(node, exp.Round):
         return _rounded(node)
+    if isinstance(node, exp.Escape):  # the LIKE inside, left as it is (below), gets its pattern rewritten here
+        return _like(node.this, node.expression.name)
+    if isinstance(node, exp.Like):
+        return node if isinstance(node.parent, exp.Escape) else _like(node, None)
     if isinstance(node, exp.DayOfWeek):  # DuckDB counts from Sunday = 0, Spark from Sunday = 1
         return exp.paren(exp.Sub(this=node.copy(), expression=exp.Literal.number(1)), copy=False)
     if isinstance(node, exp.Pow):
@@ -208,6 +213,28 @@ def _translate(node: exp.Expression, trusted: bool) -> exp.Expression:
         return exp.Paren(this=exp.Mul(this=exp.Paren(this=node.this.copy()), expression=exp.Paren(
             this=node.this.copy())))
     return node
+
+
+def _like(like: exp.Like, escape: str | None) -> exp.Like:
+    """LIKE with DuckDB's pattern as Spark reads it. In DuckDB a pattern has no escape character unless ESCAPE
+    names one, which makes the next character (any) literal; Spark's default escape is the backslash, and may
+    precede only %, _ and itself. Both match `_` to one code point and `%` to any run of them, newlines included,
+    case-sensitively. So the pattern is read as DuckDB reads it and written with Spark's backslash escapes."""
+    pattern = like.expression
+    if not (isinstance(pattern, exp.Literal) and pattern.is_string):
+        raise refuse("a LIKE pattern that is not a literal")
+    written, text, index = [], pattern.this, 0
+    while index < len(text):
+        char = text[index]
+        if escape is not None and char == escape and index + 1 < len(text):
+            index += 1
+            written.append("\\" + text[index] if text[index] in "%_\\" else text[index])
+        elif char == "\\":
+            written.append("\\\\")
+        else:
+            written.append(char)  # % and _ are wildcards in both
+        index += 1
+    return exp.Like(this=like.this.copy(), expression=exp.Literal.string("".join(written)))
 
 
 def _rounded(node: exp.Round) -> exp.Expression:
