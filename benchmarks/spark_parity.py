@@ -15,6 +15,7 @@ with the same bounding seed, each session's noise seeded alike before the query.
 - refused by both (each with its own reason);
 - refused on Spark only, before any charge, as "not supported on the Spark engine: ..." (the reason is counted);
 - different: anything else (different releases, a refusal on DuckDB only, a Spark refusal that charged, a failure).
+The sample analyst workload (benchmarks/analyst_workload.py) is compared the same way, on the sample data.
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks.analyst_workload import QUESTIONS
 from benchmarks.attacks.script import options, scratch
 from benchmarks.exactness import MAX_ROWS, SOURCES, VISITS, Generator, Source, write_data
-from benchmarks.support import csv_cell, seeded
+from benchmarks.support import csv_cell, seeded, write_hospital
 from dpsql.engines.duckdb_engine import DuckDBEngine
 from dpsql.errors import Error
 from dpsql.policy import EngineChoice, Policy, load_policy
@@ -84,6 +86,7 @@ PARITY_SOURCES = (*SOURCES, ADVERSARIAL_SOURCE, ADVERSARIAL_SOURCE)  # the adver
 def write_adversarial(folder: Path, seed: int, people: int = 300) -> Path:
     """The exactness data (its policy, with a default time limit long enough for Spark local) plus the adversarial
     units; returns the policy's path."""
+    folder.mkdir(parents=True, exist_ok=True)
     policy = write_data(folder, seed, people)
     with (folder / "visits.csv").open("a", newline="") as handle:
         csv.writer(handle).writerows([csv_cell(v) for v in row] for unit in ADVERSARIAL for row in unit)
@@ -124,10 +127,11 @@ def _reason(message: str) -> str:
 class Parity:
     """The two engines' sessions over one policy, compared query by query."""
 
-    def __init__(self, policy: Policy, summary: Summary) -> None:
+    def __init__(self, policy: Policy, summary: Summary, epsilon: float | None = None) -> None:
         from dpsql.engines.spark_engine import SparkEngine  # PySpark is optional
 
         self.summary = summary
+        self.epsilon = epsilon  # each query's (None: the policy's query_epsilon)
         spark_policy = dataclasses.replace(policy, engine=SPARK)
         self.duck = PrivateSession(policy, "analyst", engine=DuckDBEngine(policy, bounding_seed=BOUNDING_SEED))
         self.spark = PrivateSession(spark_policy, "analyst",
@@ -142,9 +146,9 @@ class Parity:
         summary = self.summary
         summary.queries += 1
         summary.shapes[shape] += 1
-        duck, duck_refusal = self._release(self.duck, sql, noise_seed)
+        duck, duck_refusal = self._release(self.duck, sql, noise_seed, self.epsilon)
         spent = self.spark.spending().epsilon_spent
-        spark, spark_refusal = self._release(self.spark, sql, noise_seed)
+        spark, spark_refusal = self._release(self.spark, sql, noise_seed, self.epsilon)
         spark_only = spark_refusal is not None and duck_refusal is None
         if spark_only and (SPARK_REFUSAL in spark_refusal or PUBLIC_REFUSAL in spark_refusal):
             if self.spark.spending().epsilon_spent != spent:
@@ -163,11 +167,11 @@ class Parity:
             summary.different.append((sql, f"DuckDB released {duck[:400]}\n      Spark released  {spark[:400]}"))
 
     @staticmethod
-    def _release(session: PrivateSession, sql: str, noise_seed: int) -> tuple[str, str | None]:
+    def _release(session: PrivateSession, sql: str, noise_seed: int, epsilon: float | None) -> tuple[str, str | None]:
         """The release as text (repr keeps NaN, -0.0 and each value's type), or the refusal's message."""
         session.rng = seeded(noise_seed)
         try:
-            result = session.execute(sql)
+            result = session.execute(sql, epsilon=epsilon)
         except Error as exc:
             return "", str(exc).splitlines()[0]
         columns = [(c.name, c.type) for c in result.columns]
@@ -198,15 +202,30 @@ def compare(folder: Path, queries: int, seed: int) -> Summary:
         return generated(checker, queries, seed)
 
 
+def workload(folder: Path) -> Summary:
+    """The sample analyst workload (benchmarks/analyst_workload.py) on both engines, at its epsilon of 0.5 a
+    query (the two sessions share the sample policy's budget of 50)."""
+    policy = dataclasses.replace(load_policy(write_hospital(folder)), time_limit=600.0)  # Spark local is slow
+    checker = Parity(policy, Summary(), epsilon=0.5)
+    try:
+        for i, (_, sql) in enumerate(QUESTIONS):
+            checker.compare(sql, "analyst workload", 36 + i)
+    finally:
+        checker.close()
+    return checker.summary
+
+
 def main() -> None:
     args = options(__doc__, queries=1000, seed=34)
     with scratch() as folder:
-        lines = compare(folder, args.queries, args.seed).lines()
-    print("\n".join(lines))
+        lines = compare(folder / "generated", args.queries, args.seed).lines()
+        asked = workload(folder / "workload").lines()
+    print("\n".join(lines + asked))
     RESULT.write_text(f"# Spark engine against DuckDB engine (python -m benchmarks.spark_parity --queries "
                       f"{args.queries} --seed {args.seed})\n\nSpark local[2] on the 2-core shared machine; the "
                       "exactness data plus the adversarial units (benchmarks/spark_parity.py).\n\n```\n"
-                      + "\n".join(lines) + "\n```\n")
+                      + "\n".join(lines) + "\n```\n\nThe sample analyst workload (benchmarks/analyst_workload.py) on "
+                      "the sample data:\n\n```\n" + "\n".join(asked) + "\n```\n")
 
 
 if __name__ == "__main__":
