@@ -9,6 +9,7 @@ per module. CI installs the spark extra (.ci/run), so these tests run there.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from pathlib import Path
 
 import duckdb
@@ -435,10 +436,11 @@ def test_like_matches_in_spark_as_in_duckdb(engines) -> None:
     con.execute(f"CREATE TABLE {table} (t VARCHAR)")
     con.executemany(f"INSERT INTO {table} VALUES (?)", [(t,) for t in LIKE_TEXTS])
     try:
-        for pattern, escape in LIKE_PATTERNS:
-            like = exp.Like(this=exp.column("t"), expression=exp.Literal.string(pattern))
+        for (pattern, escape), negate in itertools.product(LIKE_PATTERNS, (False, True)):  # LIKE, NOT LIKE
+            like = exp.Like(this=exp.column("t"), expression=exp.Literal.string(pattern), negate=negate)
             condition = like if escape is None else exp.Escape(this=like, expression=exp.Literal.string(escape))
             sql = exp.select("t", exp.alias_(condition, "m")).from_(table).sql(DIALECT)
+            assert ("NOT LIKE" in sql) == negate
             expected = sorted(con.execute(sql).fetchall())
             translated = to_spark(sql, {table: {"t": "VARCHAR"}})
             assert sorted(tuple(row) for row in spark._spark.sql(translated).collect()) == expected, translated

@@ -60,6 +60,8 @@ def test_integer_arithmetic_beyond_decimal_38_is_refused() -> None:
     ("SELECT SIGN(x) FROM u", "WHEN ISNAN(u.x) THEN 0"),  # DuckDB's sign of NaN is 0, Spark's signum NaN
     ("SELECT ROUND(x) FROM u", "CASE WHEN ROUND(u.x) = 0 THEN u.x * CAST('0.0' AS DOUBLE) ELSE ROUND(u.x) END"),
     ("SELECT SQRT(x) FROM u", "SQRT(u.x)"),
+    ("SELECT d NOT LIKE 'n%' FROM u", "u.d NOT LIKE 'n%'"),  # sqlglot's Like(negate=True): the NOT is kept
+    ("SELECT d NOT LIKE 'a!%' ESCAPE '!' FROM u", r"u.d NOT LIKE 'a\\%'"),
 ])
 def test_functions_spark_writes_otherwise_are_translated(duckdb: str, spark: str) -> None:
     translated = to_spark(duckdb, {"u": {"a": "BIGINT", "d": "VARCHAR", "dt": "DATE", "x": "DOUBLE"}})

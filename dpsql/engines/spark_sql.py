@@ -234,7 +234,9 @@ def _like(like: exp.Like, escape: str | None) -> exp.Like:
         else:
             written.append(char)  # % and _ are wildcards in both
         index += 1
-    return exp.Like(this=like.this.copy(), expression=exp.Literal.string("".join(written)))
+    # `x NOT LIKE p` is one node in sqlglot, its `negate` set: kept.
+    return exp.Like(this=like.this.copy(), expression=exp.Literal.string("".join(written)),
+                    negate=like.args.get("negate"))
 
 
 def _rounded(node: exp.Round) -> exp.Expression:
