@@ -28,7 +28,7 @@ def test_generated_queries_release_identically_or_are_refused_on_spark_before_th
     assert not summary.different, "\n".join(summary.lines())
     assert summary.shapes["adversarial"] > 0
     # Most are answered: a comparison of refusals would prove little.
-    assert summary.identical > QUERIES // 4, "\n".join(summary.lines())
+    assert summary.identical > QUERIES // 2, "\n".join(summary.lines())
 
 
 @pytest.mark.parametrize("sql", [
