@@ -203,8 +203,9 @@ WITHIN = "within the bounds"
 
 
 class Generator:
-    def __init__(self, rng: random.Random) -> None:
+    def __init__(self, rng: random.Random, sources: tuple[Source, ...] = SOURCES) -> None:
         self.rng = rng
+        self.sources = sources  # benchmarks/spark_parity.py adds sources of adversarial expressions
 
     def outputs(self, source: Source) -> list[Output]:
         r = self.rng
@@ -244,7 +245,7 @@ class Generator:
 
     def query(self) -> Case:
         r = self.rng
-        source = r.choice(SOURCES)
+        source = r.choice(self.sources)
         outputs = self.outputs(source)
         keys = [r.choice(source.keys)] if r.random() < 0.75 else []
         group = f" GROUP BY {keys[0]}" if keys else ""

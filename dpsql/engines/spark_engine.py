@@ -17,18 +17,22 @@ any of that (policy.SPARK_SETTINGS).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import decimal
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from sqlglot import exp
 
+from dpsql.analysis.public_facts import PublicFacts
 from dpsql.engines import spark_store, store
-from dpsql.engines.base import Engine
+from dpsql.engines.base import Engine, ReleasedTable
+from dpsql.engines.csv_shape import csv_problem
+from dpsql.engines.duckdb_engine import DuckDBEngine
 from dpsql.engines.spark_sql import refuse, to_spark
 from dpsql.engines.versions import data_version, file_versions
 from dpsql.errors import ExecutionFailed, PolicyError, QueryRejected, first_line
@@ -54,6 +58,9 @@ _SPARK_TYPES = {ColumnType.INT: "BIGINT", ColumnType.FLOAT: "DOUBLE", ColumnType
 # Spark's names of the source types the translation knows, as DuckDB names them.
 _FROM_SPARK = {"TINYINT": "TINYINT", "SMALLINT": "SMALLINT", "INT": "INTEGER", "BIGINT": "BIGINT", "FLOAT": "FLOAT",
                "DOUBLE": "DOUBLE", "STRING": "VARCHAR", "BOOLEAN": "BOOLEAN", "DATE": "DATE"}
+# The DuckDB types of the public tables' columns (as loaded from the declared types), as pyspark.sql.types.
+_SPARK_FIELDS = {"BIGINT": "LongType", "DOUBLE": "DoubleType", "VARCHAR": "StringType", "BOOLEAN": "BooleanType",
+                 "DATE": "DateType"}
 _INTEGER_RESULTS = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT"}
 _RESULT_TYPES = _INTEGER_RESULTS | {"BOOLEAN", "DOUBLE", "VARCHAR", "DATE", '"NULL"', "NULL"}
 _shared_lock = threading.Lock()
@@ -117,9 +124,17 @@ class SparkEngine(Engine):
             load_sql = store.load_sql(policy, portable=True, listed=False)
             frames = self._from_store(policy.store, private, spark_store.identity(
                 self.data_version, bounding_seed, self._spark.version, load_sql), salt)
+        # The public tables are DuckDB's (loaded, typed and cleaned as the DuckDB engine does), which answers the
+        # queries of public tables and the facts that bound joins with them; Spark joins the very same rows, copied.
+        public = {t.name: t for t in policy.tables.values() if t.public}
+        self._public: DuckDBEngine | None = None
+        if public:
+            self._public = DuckDBEngine(dataclasses.replace(policy, tables=public, store=None))
         with sandbox.opened() as twin:
             for table in private:
                 self._register(table, frames[table.name], twin)
+            for table in public.values():
+                self._copy_public(table, twin)
             self._twin = twin
 
     def _from_store(self, path: Path, private: list[TablePolicy], wanted: store.Identity, salt: int) -> dict[str, Any]:
@@ -151,8 +166,9 @@ class SparkEngine(Engine):
         except QueryRejected as exc:  # a cast of the source's type the translation cannot make exactly
             self._fail(table, "source", str(exc))
         except Exception:  # Spark's own message may quote a row: never shown
+            self._fail_shape(table)
             self._fail(table, "source", f"cannot load {table.source.pattern!r} with the declared column types: "
-                                        "Spark could not read every value as its declared type")
+                                        f"{self._column_hint(table)}")
         finally:
             self._spark.conf.set("spark.sql.ansi.enabled", "false")
             self._spark.catalog.dropTempView(source_view)
@@ -167,6 +183,30 @@ class SparkEngine(Engine):
         twin.execute(f"CREATE TABLE {name} AS {prepared_rows(table, empty, 0, portable=True).sql(DIALECT)}")
         self._schema[name] = {row[0]: row[1] for row in twin.execute(f"DESCRIBE {name}").fetchall()}
         self._check_per_unit(table, name)
+
+    def _copy_public(self, table: TablePolicy, twin: Any) -> None:
+        """A public table's rows, as the DuckDB engine loaded them, as a Spark view (and its empty twin). A table
+        with a column of a type Spark does not take (a timestamp) stays DuckDB's only: queries of it are answered
+        there, and a join with it is refused (spark_sql: not one of the tables)."""
+        from pyspark.sql import types
+
+        assert self._public is not None
+        name = prepared_table(table.name)
+        columns, kinds, rows = self._public.run_public(f"SELECT * FROM {name}")
+        spark_types = [_SPARK_FIELDS.get(kind.upper()) for kind in kinds]
+        if None in spark_types:
+            return
+        schema = types.StructType([types.StructField(c, getattr(types, t)()) for c, t in zip(columns, spark_types,
+                                                                                              strict=True)])
+        frame = self._spark.createDataFrame(rows, schema).persist()
+        frame.createOrReplaceTempView(name)
+        self._cached.append(frame)
+        described = ", ".join(f"{_quoted(c).sql(DIALECT)} {k}" for c, k in zip(columns, kinds, strict=True))
+        twin.execute(f"CREATE TABLE {name} ({described})")
+        self._schema[name] = dict(zip(columns, kinds, strict=True))
+
+    def public_facts(self) -> PublicFacts | None:
+        return self._public.public_facts() if self._public is not None else None
 
     def _check_per_unit(self, table: TablePolicy, name: str) -> None:
         """A column declared per_unit must have one value in each unit, as DuckDB's load checks (engines/loading.py):
@@ -189,7 +229,7 @@ class SparkEngine(Engine):
         session's ANSI setting instead)."""
         kind = table.source.kind
         if kind == "csv":
-            raw = self._spark.read.options(header=True, escape='"', inferSchema=False).csv(table.source.pattern)
+            raw = self._csv(table)
         elif kind == "parquet":
             raw = self._spark.read.parquet(table.source.pattern)
         else:
@@ -216,6 +256,37 @@ class SparkEngine(Engine):
                 self._fail(table, f"columns.{name}", f"the source's type {kind_name} is not supported on Spark")
             duckdb_types[name] = duckdb_type
         return duckdb_types
+
+    def _csv(self, table: TablePolicy, mode: str = "FAILFAST") -> Any:
+        """A CSV source as text columns. FAILFAST: a line with more or fewer fields than the header fails the load,
+        as in DuckDB (Spark's default would drop the extra field or read a missing one as NULL)."""
+        return self._spark.read.options(header=True, escape='"', inferSchema=False, mode=mode).csv(
+            table.source.pattern)
+
+    def _fail_shape(self, table: TablePolicy) -> None:
+        """After Spark failed to load a CSV source: fail naming the file and line that is malformed, if one is (the
+        DuckDB engine's check, engines/csv_shape.py)."""
+        if table.source.kind == "csv":
+            problem = csv_problem(table.source.pattern, table.columns)
+            if problem is not None:
+                self._fail(table, "source", problem)
+
+    def _column_hint(self, table: TablePolicy) -> str:
+        """The first declared column of a CSV source with a value that does not read as its type (Spark's message,
+        which may quote a row, is never shown; nor is a value here)."""
+        if table.source.kind == "csv":
+            view = f"__dp_hint_{uuid.uuid4().hex}"
+            with contextlib.suppress(Exception):  # the generic message follows
+                self._csv(table, "PERMISSIVE").createOrReplaceTempView(view)
+                for name, column in table.columns.items():
+                    raw = _quoted(name).sql("spark")
+                    check = (f"SELECT COUNT(*) FROM {view} WHERE {raw} IS NOT NULL AND "
+                             f"try_cast({raw} AS {_SPARK_TYPES[column.type]}) IS NULL")
+                    if self._spark.sql(check).collect()[0][0]:
+                        self._spark.catalog.dropTempView(view)
+                        return f"column '{name}' has values that are not {column.type.value} (or out of its range)"
+            self._spark.catalog.dropTempView(view)
+        return "Spark could not read every value as its declared type"
 
     def _refuse_fractions(self, table: TablePolicy, view: str, found: dict[str, str]) -> None:
         """A Parquet float or decimal column declared int loads only when every value is whole (as on DuckDB:
@@ -285,11 +356,18 @@ class SparkEngine(Engine):
                 timer.cancel()
                 self._stop = None
 
-    def run_public(self, sql: str) -> tuple[list[str], list[str], list[tuple[Any, ...]]]:
-        raise refuse("queries of public tables")
+    def run_public(self, sql: str, released: Sequence[ReleasedTable] = ()) -> tuple[list[str], list[str],
+                                                                                    list[tuple[Any, ...]]]:
+        """A query of public tables only: on the DuckDB engine that holds them, as on the DuckDB engine."""
+        return self._public_side().run_public(sql, released)
 
     def describe_public(self, sql: str) -> tuple[list[str], list[str]]:
-        raise refuse("queries of public tables")
+        return self._public_side().describe_public(sql)
+
+    def _public_side(self) -> DuckDBEngine:
+        if self._public is None:
+            raise refuse("queries of public tables, where the policy declares none")
+        return self._public
 
     def interrupt(self, owner: int | None = None) -> None:
         stop = self._stop  # one query at a time: whoever asks, it is that one
@@ -305,6 +383,8 @@ class SparkEngine(Engine):
                 with contextlib.suppress(Exception):
                     self._spark.catalog.dropTempView(name)
             self._twin.close()
+            if self._public is not None:
+                self._public.close()
 
 
 def _quoted(name: str) -> exp.Column:

@@ -6,13 +6,23 @@ column types, so a refusal is a QueryRejected before the charge ("not supported 
 Only an allow-list of SQL nodes passes (`_ALLOWED`), each one checked to mean the same in both engines on every
 value; everything else is refused, which is also what keeps Spark-only functions (reflect, java_method,
 input_file_name) and file tables (parquet.`/x`) out, should one ever get past the checker. The translations:
-- TRY(e) -> e. The checker already made every analyst expression total (TRY is DuckDB's second layer only), and
-  the engine runs Spark with ANSI mode off, where what would still fail (a bad cast, a division by zero) is NULL.
+- TRY(e) -> (e). The checker already made every analyst expression total (TRY is DuckDB's second layer only), and
+  the engine runs Spark with ANSI mode off, where what would still fail (a bad cast) is NULL. The parentheses
+  stay: sqlglot writes a tree as it is, and `a AND TRY(b OR c)` must not become `a AND b OR c`.
 - HUGEINT (INT128) -> DECIMAL(38, 0); every SUM of integers sums DECIMAL(38, 0) (DuckDB's SUM of integers is a
-  HUGEINT; Spark's SUM of a BIGINT would wrap around on overflow).
+  HUGEINT; Spark's SUM of a BIGINT would wrap around on overflow). DECIMAL(38, 0) holds less than HUGEINT (1e38
+  against 1.7e38): arithmetic, or a cast of a double to HUGEINT, whose range (engines/spark_ranges.py) reaches
+  beyond it is refused.
 - CAST(double AS integer) rounds half to even in DuckDB and truncates in Spark: it becomes CAST(BROUND(e, 0) ...),
   and a TRY_CAST is NULL outside the target's range, as in DuckDB.
 - `/` divides as DOUBLE (Spark would divide DECIMAL as DECIMAL); FLOOR and CEIL of a DOUBLE stay DOUBLE.
+- A double `/` or `%` by 0 (or -0.0) is DuckDB's IEEE result, +-inf or NaN, where Spark's is NULL.
+- DAYOFWEEK(d) -> DAYOFWEEK(d) - 1 (Sunday is 0 in DuckDB, 1 in Spark); DAYOFYEAR, QUARTER and EXISTS mean the same.
+- GROUPING(a, b) -> grouping(a) * 2 + grouping(b) (Spark's GROUPING takes one column, its grouping_id all of the
+  grouping columns); ROLLUP, CUBE, GROUPING SETS and VALUES (a public CTE, inlined) as written.
+- SQRT is IEEE's correctly rounded square root in both (NaN below 0); SIGN is a CASE (DuckDB's sign of NaN is 0);
+  ROUND of a double to a whole number, or of an integer, is the same in both (`_rounded`).
+- LIKE's pattern is rewritten for Spark's backslash escapes (`_like`); ILIKE stays refused (case folding).
 - POWER(e, 2) -> e * e (both engines' pow(x, 2) is the correctly rounded x * x; Java's general pow need not be).
 - QUALIFY (Spark 3.5 has none) -> a window column in a subquery, filtered outside it.
 Casts from text, of doubles to text, SUMs of doubles (their rounding depends on the order of addition) and any
@@ -30,6 +40,7 @@ from sqlglot.errors import SqlglotError
 from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
 
+from dpsql.engines.spark_ranges import first_too_wide
 from dpsql.errors import QueryRejected
 from dpsql.sql.parse import DIALECT
 
@@ -45,7 +56,9 @@ _ALLOWED = (
     exp.Is, exp.Not, exp.And, exp.Or, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Add, exp.Sub, exp.Mul,
     exp.Div, exp.Neg, exp.Mod, exp.Case, exp.If, exp.Coalesce, exp.Greatest, exp.Least, exp.Abs, exp.Floor,
     exp.Ceil, exp.Cast, exp.TryCast, exp.Try, exp.Count, exp.Sum, exp.Max, exp.Min, exp.Distinct, exp.Pow,
-    exp.Year, exp.Month, exp.Day, exp.Length, exp.Tuple, exp.BitwiseAnd,
+    exp.Year, exp.Month, exp.Day, exp.Length, exp.Tuple, exp.BitwiseAnd, exp.DayOfWeek, exp.DayOfYear, exp.Quarter,
+    exp.Exists, exp.Grouping, exp.GroupingSets, exp.Rollup, exp.Cube, exp.Nullif, exp.Values, exp.Sqrt, exp.Sign,
+    exp.Round, exp.Like, exp.Escape,
 )
 # Built by dpsql itself at load (rewrite/bounding.py), never from an analyst's text.
 _LOAD_ONLY = (exp.MD5, exp.Concat, exp.DPipe, exp.IsNan, exp.Left, exp.Substring, exp.NullSafeEQ)
@@ -72,7 +85,9 @@ def to_spark(sql: str, schema: Schema, trusted: bool = False) -> str:
     _vet(tree, schema, trusted)
     tree = _without_qualify(tree, schema)
     for node in list(tree.find_all(exp.Try)):
-        node.replace(node.this)
+        # TRY's parentheses are the only ones around its argument: `a AND TRY(b OR c)` must not become
+        # `a AND b OR c` (sqlglot writes a tree as it is, adding no parentheses for precedence).
+        node.replace(exp.Paren(this=node.this))
     for node in list(tree.find_all(exp.Left)):  # the same characters; and sqlglot knows SUBSTRING's type
         node.replace(exp.Substring(this=node.this, start=exp.Literal.number(1), length=node.expression))
     try:
@@ -81,6 +96,10 @@ def to_spark(sql: str, schema: Schema, trusted: bool = False) -> str:
         tree = annotate_types(tree, schema=_sqlglot_schema(schema), dialect=DIALECT)
     except SqlglotError as exc:
         raise refuse(f"the bounded SQL's types cannot be traced ({type(exc).__name__})") from None
+    too_wide = first_too_wide(tree)
+    if too_wide is not None:
+        raise refuse(f"integer arithmetic that may reach 1e38, beyond Spark's widest integer (DECIMAL(38, 0)) but "
+                     f"not DuckDB's HUGEINT ({too_wide.sql(DIALECT)[:60]}); cast an operand to DOUBLE")
     # Innermost first: a translation reads its operands' types, kept on each replacement.
     for node in reversed(list(tree.walk(bfs=False))):
         translated = _translate(node, trusted)
@@ -141,6 +160,8 @@ def _translate(node: exp.Expression, trusted: bool) -> exp.Expression:
         kind = _type(node.this)
         if kind in _FLOATS or kind not in _INTEGERS | {exp.DataType.Type.DECIMAL}:
             raise refuse(f"a SUM of {kind.value if kind else 'unknown'} values (only integer sums are exact)")
+        if isinstance(node.this, exp.Distinct):  # SUM(DISTINCT x): the same distinct values, widened
+            return exp.Sum(this=exp.Distinct(expressions=[exp.cast(e, _WIDE.copy()) for e in node.this.expressions]))
         return exp.Sum(this=exp.cast(node.this, _WIDE.copy()))
     if isinstance(node, exp.Div):
         # DuckDB's `/` divides as DOUBLE whatever the operands; Spark's divides DECIMAL (a HUGEINT here) as DECIMAL.
@@ -148,7 +169,10 @@ def _translate(node: exp.Expression, trusted: bool) -> exp.Expression:
             operand = node.args[side]
             if _type(operand) not in _FLOATS:
                 node.set(side, exp.Cast(this=operand.copy(), to=exp.DataType.build("DOUBLE")))
-        return node
+        return node if _nonzero(node.expression) else _by_zero(node, _quotient_by_zero(node.this, node.expression))
+    if isinstance(node, exp.Mod) and _FLOATS & {_type(node.this), _type(node.expression)}:
+        # DuckDB's fmod (an integer % has a nonzero literal divisor)
+        return node if _nonzero(node.expression) else _by_zero(node, _double("NaN"))
     if isinstance(node, exp.Floor | exp.Ceil) and _type(node.this) in _FLOATS:
         # Spark's FLOOR of a DOUBLE is a BIGINT (saturating beyond its range, then wrapping in later arithmetic);
         # DuckDB's is a DOUBLE. A double of magnitude 2**52 or more is an integer already.
@@ -159,12 +183,124 @@ def _translate(node: exp.Expression, trusted: bool) -> exp.Expression:
         if not all(_type(operand) in _INTEGERS for operand in (node.this, node.expression)):
             raise refuse("& of values that are not integers")
         return node
+    if isinstance(node, exp.Grouping):  # GROUPING(a, b): a's bit the highest; Spark's GROUPING takes one column
+        bits = [exp.Mul(this=exp.Anonymous(this="grouping", expressions=[e.copy()]),
+                        expression=exp.Literal.number(2 ** i)) for i, e in enumerate(reversed(node.expressions))]
+        total = bits[0]
+        for bit in bits[1:]:
+            total = exp.Add(this=total, expression=bit)
+        return exp.paren(total, copy=False)
+    if isinstance(node, exp.Nullif):  # as its definition: the operands are of one type, equal alike in both engines
+        equal = exp.EQ(this=node.this.copy(), expression=node.expression.copy())
+        return exp.Case().when(equal, exp.Null()).else_(node.this.copy())
+    if isinstance(node, exp.Sign):  # DuckDB's sign of NaN is 0, Spark's signum NaN (and NaN > 0 is true in both)
+        value = node.this
+        nan = exp.IsNan(this=value.copy()) if _type(value) in _FLOATS else exp.false()
+        return (exp.Case().when(exp.Is(this=value.copy(), expression=exp.Null()), exp.Null())
+                .when(nan, exp.Literal.number(0)).when(value.copy() > exp.Literal.number(0), exp.Literal.number(1))
+                .when(value.copy() < exp.Literal.number(0), exp.Literal.number(-1)).else_(exp.Literal.number(0)))
+    if isinstance(node, exp.Round):
+        return _rounded(node)
+    if isinstance(node, exp.Escape):  # the LIKE inside, left as it is (below), gets its pattern rewritten here
+        return _like(node.this, node.expression.name)
+    if isinstance(node, exp.Like):
+        return node if isinstance(node.parent, exp.Escape) else _like(node, None)
+    if isinstance(node, exp.DayOfWeek):  # DuckDB counts from Sunday = 0, Spark from Sunday = 1
+        return exp.paren(exp.Sub(this=node.copy(), expression=exp.Literal.number(1)), copy=False)
     if isinstance(node, exp.Pow):
         if not (isinstance(node.expression, exp.Literal) and node.expression.name in ("2", "2.0")):
             raise refuse("POWER other than a square")
         return exp.Paren(this=exp.Mul(this=exp.Paren(this=node.this.copy()), expression=exp.Paren(
             this=node.this.copy())))
     return node
+
+
+def _like(like: exp.Like, escape: str | None) -> exp.Like:
+    """LIKE with DuckDB's pattern as Spark reads it. In DuckDB a pattern has no escape character unless ESCAPE
+    names one, which makes the next character (any) literal; Spark's default escape is the backslash, and may
+    precede only %, _ and itself. Both match `_` to one code point and `%` to any run of them, newlines included,
+    case-sensitively. So the pattern is read as DuckDB reads it and written with Spark's backslash escapes."""
+    pattern = like.expression
+    if not (isinstance(pattern, exp.Literal) and pattern.is_string):
+        raise refuse("a LIKE pattern that is not a literal")
+    written, text, index = [], pattern.this, 0
+    while index < len(text):
+        char = text[index]
+        if escape is not None and char == escape and index + 1 < len(text):
+            index += 1
+            written.append("\\" + text[index] if text[index] in "%_\\" else text[index])
+        elif char == "\\":
+            written.append("\\\\")
+        else:
+            written.append(char)  # % and _ are wildcards in both
+        index += 1
+    # `x NOT LIKE p` is one node in sqlglot, its `negate` set: kept.
+    return exp.Like(this=like.this.copy(), expression=exp.Literal.string("".join(written)),
+                    negate=like.args.get("negate"))
+
+
+def _rounded(node: exp.Round) -> exp.Expression:
+    """ROUND of an integer to places >= 0 is the integer in both; of a double to a whole number, half away from
+    zero in both (DuckDB's std::round, Spark's exact HALF_UP), NaN and +-inf kept. At other places DuckDB scales by
+    10^n in floating point and Spark rounds the exact decimal: they can differ by one in the last place kept."""
+    places = node.args.get("decimals")
+    value = 0 if places is None else _literal_integer(places)
+    if _type(node.this) in _INTEGERS and value is not None and value >= 0:
+        return node
+    if _type(node.this) in _FLOATS and value == 0:
+        # Spark's rounding goes through a decimal, which has no -0.0: round(-0.4) is -0.0 in DuckDB, 0.0 in Spark.
+        rounded = exp.Round(this=node.this.copy())
+        signed_zero = exp.Mul(this=node.this.copy(), expression=_double("0.0"))
+        return exp.Case().when(exp.EQ(this=rounded.copy(), expression=exp.Literal.number(0)), signed_zero).else_(
+            rounded)
+    raise refuse(f"round() of a double to {value} decimal places (DuckDB scales by 10^n in floating point, Spark "
+                 "rounds the exact decimal)")
+
+
+def _literal_integer(node: exp.Expression) -> int | None:
+    negative = isinstance(node, exp.Neg)
+    node = node.this if negative else node
+    if isinstance(node, exp.Literal) and not node.is_string and node.name.isdigit():
+        return -int(node.name) if negative else int(node.name)
+    return None
+
+
+def _nonzero(divisor: exp.Expression) -> bool:
+    """A number literal other than 0 (as written, or cast to DOUBLE): no row divides by zero."""
+    while isinstance(divisor, exp.Cast | exp.Paren | exp.Neg):
+        divisor = divisor.this
+    if not isinstance(divisor, exp.Literal) or divisor.is_string:
+        return False
+    try:
+        return float(divisor.name) != 0.0
+    except ValueError:
+        return False
+
+
+def _by_zero(node: exp.Div | exp.Mod, by_zero: exp.Expression) -> exp.Expression:
+    """`x / y` or `x % y` of doubles with DuckDB's (IEEE) meaning where y is 0 or -0.0, which Spark makes NULL:
+    `by_zero` there (when x is not NULL), Spark's own operation elsewhere (the same IEEE result)."""
+    dividend, divisor = node.this, node.expression
+    zero = exp.and_(exp.EQ(this=divisor.copy(), expression=exp.Literal.number(0)),
+                    exp.Not(this=exp.paren(exp.Is(this=dividend.copy(), expression=exp.Null()))))
+    return exp.Case().when(zero, by_zero).else_(node)
+
+
+def _quotient_by_zero(dividend: exp.Expression, divisor: exp.Expression) -> exp.Expression:
+    """x / 0 in IEEE doubles: NaN for x NaN or 0, else an infinity whose sign is x's times the zero's (a negative
+    zero reads '-0.0' as text in Spark, and `-0.0 = 0` is true, so the sign is told by the text)."""
+    positive_zero = exp.EQ(this=exp.Cast(this=divisor.copy(), to=exp.DataType.build("TEXT")),
+                           expression=exp.Literal.string("0.0"))
+    undefined = exp.or_(exp.IsNan(this=dividend.copy()), exp.EQ(this=dividend.copy(),
+                                                                  expression=exp.Literal.number(0)))
+    same_sign = exp.EQ(this=exp.paren(exp.GT(this=dividend.copy(), expression=exp.Literal.number(0))),
+                       expression=exp.paren(positive_zero))
+    return exp.Case().when(undefined, _double("NaN")).when(same_sign, _double("Infinity")).else_(
+        _double("-Infinity"))
+
+
+def _double(text: str) -> exp.Expression:
+    return exp.Cast(this=exp.Literal.string(text), to=exp.DataType.build("DOUBLE"))
 
 
 # Text literals the checker turned into typed constants (`d > '2020-01-01'`), in forms both engines read alike.
