@@ -92,12 +92,11 @@ def test_parameters_bind_in_the_inner_and_the_outer_query(sessions) -> None:
     # The inner query must be answerable on its own.
     ("SELECT COUNT(*) FROM (SELECT region, MODE(age) AS m FROM visits GROUP BY region) AS t", "per-unit|MODE"),
 ])
-def test_refused_from_the_text_at_no_cost(sessions, sql, message) -> None:
-    _, session = sessions
-    before = len(session.history())
+def test_refused_from_the_text_at_no_cost(refusing_visits_session, sql, message) -> None:
+    before = len(refusing_visits_session.history())
     with pytest.raises((QueryRejected, ProgrammingError), match=message):
-        session.execute(sql)
-    assert len(session.history()) == before
+        refusing_visits_session.execute(sql)
+    assert len(refusing_visits_session.history()) == before
 
 
 def test_nothing_of_a_released_answer_stays_in_the_public_database(sessions) -> None:
