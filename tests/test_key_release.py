@@ -17,6 +17,7 @@ from dpsql.frontends.cli import main
 from dpsql.release.cells import release
 from dpsql.session import PrivateSession
 from tests.conftest import create_ledger
+from tests.sizes import cases
 
 REGIONS = ["north", "south", "east", "west", "central"]
 
@@ -80,7 +81,7 @@ def test_selected_keys_are_those_a_count_would_release_and_cost_the_same(tmp_pat
 def test_a_key_only_one_unit_holds_appears_at_most_delta_of_the_time(tmp_path: Path) -> None:
     """One unit (m = 1) holds the key `lonely`: over RUNS releases (fresh noise each) it may appear with probability
     at most delta; the count of appearances must stay below Binomial(RUNS, delta)'s 1 - 1e-4 quantile."""
-    delta, runs = 0.05, 2000
+    delta, runs = 0.05, cases(2000, floor=500)
     policy = _policy(tmp_path, [(u, "common", "n") for u in range(200)] + [(1000, "lonely", "s")], delta=delta)
     session = _session(policy)
     try:

@@ -125,7 +125,7 @@ def test_the_released_intervals_cover_95_percent(tmp_path: Path, budget: Budget,
     plan, rows = _prepared(tmp_path, QUERIES["nullable x"][0], budget, epsilon)
     assert any(m.spec.paired for m in plan.measurements), "no pair here: this tests nothing"
     truth = _exact_outputs(plan, rows)
-    runs = 4000
+    runs = cases(4000, floor=1000)
     rng = seeded(11)
     inside, released = np.zeros(truth.shape), np.zeros(truth.shape)
     for _ in range(runs):

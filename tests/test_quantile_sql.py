@@ -111,7 +111,7 @@ def test_the_interval_covers_the_true_median_about_95_percent_of_the_time(tmp_pa
         engine_rows = session.measure(prepared)
         truth = duckdb.connect().execute("SELECT quantile_cont(x, 0.5) FROM read_csv(?)",
                                          [str(tmp_path / "t.csv")]).fetchall()[0][0]
-        rng, runs = seeded(11), 400
+        rng, runs = seeded(11), cases(400, floor=100)
         covered = 0
         for _ in range(runs):
             cells = release(prepared.plan, engine_rows, rng)
