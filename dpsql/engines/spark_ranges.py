@@ -16,13 +16,16 @@ import math
 
 from sqlglot import exp
 
+from dpsql.analysis.typecheck import INTEGER_TYPES
+
 Range = tuple[int, int]
 
 DECIMAL_LIMIT = 10 ** 38  # DECIMAL(38, 0) holds -(10**38 - 1) .. 10**38 - 1
 _T = exp.DataType.Type
+# The checker's signed integer types (the bounded SQL has no unsigned ones), by sqlglot's type, and a boolean as 0/1.
 _TYPE_RANGES: dict[exp.DataType.Type, Range] = {
-    _T.TINYINT: (-2 ** 7, 2 ** 7 - 1), _T.SMALLINT: (-2 ** 15, 2 ** 15 - 1), _T.INT: (-2 ** 31, 2 ** 31 - 1),
-    _T.BIGINT: (-2 ** 63, 2 ** 63 - 1), _T.INT128: (-2 ** 127, 2 ** 127 - 1), _T.BOOLEAN: (0, 1)}
+    exp.DataType.build(name, dialect="duckdb").this: values for name, values in INTEGER_TYPES.items()
+    if not name.startswith("U")} | {_T.BOOLEAN: (0, 1)}
 _ROWS = 2 ** 63  # the most rows an aggregate can see: bounds a SUM and a COUNT
 _WIDE_OPERATIONS = (exp.Add, exp.Sub, exp.Mul, exp.Neg, exp.Abs, exp.Sum)
 
