@@ -27,7 +27,6 @@ class CursorPool:
         self._setup = tuple(setup)
         self._lock = threading.Lock()
         self._free: list[tuple[duckdb.DuckDBPyConnection, Watchdog]] = []
-        self._opened: list[tuple[duckdb.DuckDBPyConnection, Watchdog]] = []
         self._running: dict[int, Watchdog] = {}  # thread id -> the watchdog of the statement it runs
         self._closed = False
 
@@ -58,10 +57,7 @@ class CursorPool:
         cursor = self._con.cursor()
         for statement in self._setup:
             cursor.execute(statement)
-        pair = (cursor, Watchdog(cursor, self._time_limit))
-        with self._lock:
-            self._opened.append(pair)
-        return pair
+        return cursor, Watchdog(cursor, self._time_limit)
 
     def interrupt(self, owner: int | None = None) -> None:
         """Stop the statement the thread `owner` runs (None: every running statement), as its time limit would."""
@@ -74,8 +70,7 @@ class CursorPool:
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            idle = [pair for pair in self._opened if pair in self._free]
-            self._free.clear()
+            idle, self._free = self._free, []  # the taken ones close as they come back
         for pair in idle:
             _close(pair)
 
