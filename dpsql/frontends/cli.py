@@ -337,11 +337,14 @@ def check(file: Path, quiet: bool) -> None:
               help="Queries on the data at once (0: two per core).")
 @click.option("--analyst-queries", default=2, show_default=True, type=click.IntRange(1),
               help="Of them, one analyst's at most.")
+@click.option("--workers", default=None, type=click.IntRange(0),
+              help="Worker processes holding the analysts' sessions, each with its own engine on the data "
+                   "(default: one per core; 0: the sessions run in the server's own process).")
 @_quiet_option
 @_errors_as_messages
 def serve(policy: Path, host: str, port: int, tls_cert: Path | None, tls_key: Path | None, require_tls: bool,
           max_connections: int, max_message: int, login_timeout: float, idle_timeout: float, query_slots: int,
-          analyst_queries: int, quiet: bool) -> None:
+          analyst_queries: int, workers: int | None, quiet: bool) -> None:
     """Serve the policy's tables over the PostgreSQL protocol: psql, drivers and BI tools log in as analysts."""
     import asyncio
     import logging
@@ -354,7 +357,7 @@ def serve(policy: Path, host: str, port: int, tls_cert: Path | None, tls_key: Pa
         raise ProgrammingError("--require-tls needs --tls-cert and --tls-key")
     tls = load_tls(tls_cert, tls_key) if tls_cert is not None and tls_key is not None else None
     config = ServerConfig(host, port, tls, require_tls, max_connections, max_message, login_timeout, idle_timeout,
-                          query_slots, analyst_queries)
+                          query_slots, analyst_queries, workers=(os.cpu_count() or 1) if workers is None else workers)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
     async def run() -> None:

@@ -38,7 +38,7 @@ import socket
 import ssl
 import struct
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -55,10 +55,9 @@ from dpsql.errors import (
     ProgrammingError,
     ServerSetupError,
 )
-from dpsql.frontends.explain import explain
-from dpsql.frontends.format import headers, records, why_no_rows
 from dpsql.frontends.server import protocol as pq
 from dpsql.frontends.server import types
+from dpsql.frontends.server.analyst import AnalystSession, LocalSession
 from dpsql.frontends.server.catalog import Catalog, CatalogQueryError, CatalogStatement, ConnectionFacts, CursorFacts
 from dpsql.frontends.server.commands import Answer, Context, LocalCommand, Settings, version_text
 from dpsql.frontends.server.copy import CopyStatement, copy_rows
@@ -69,8 +68,9 @@ from dpsql.frontends.server.scheduler import FairScheduler
 from dpsql.frontends.server.scram import ScramError, ScramExchange, end_point_hash
 from dpsql.frontends.server.statements import split_statements
 from dpsql.frontends.server.users import UserStore, users_path
+from dpsql.frontends.server.workers import WorkerPool
 from dpsql.policy import Policy
-from dpsql.session import PrivateResult, PrivateSession, build_engine, measurement_store
+from dpsql.session import PrivateSession, build_engine, measurement_store
 from dpsql.sql.parse import TextParameter
 from dpsql.store.answers import AnswerStore
 from dpsql.store.ledger import BudgetLedger
@@ -96,6 +96,9 @@ class ServerConfig:
     query_slots: int = 0  # queries on the data at once; 0: two per core
     analyst_queries: int = 2  # of them, one analyst's at most
     output_buffer: int = 256 * 1024  # bytes of answers held for a client before its next statement waits
+    # Worker processes holding the analysts' sessions (workers.py); 0: the sessions run in the server's own process
+    # (one engine, one core for the queries' Python work). The CLI's default is one per core.
+    workers: int = 0
 
 
 @dataclass(frozen=True)
@@ -143,15 +146,6 @@ def _costs(settings: Settings) -> dict[str, Any]:
     return {"epsilon": settings.epsilon, "accuracy": settings.accuracy, "quantile_intervals": settings.intervals}
 
 
-def _columns(names: Sequence[str], types: Sequence[str], noisy: Sequence[bool],
-             with_ci: bool) -> tuple[tuple[str, str], ...]:
-    """The released columns' names and types, each noisy one followed by its interval's ends (DOUBLE) if asked."""
-    kinds: list[str] = []
-    for kind, flag in zip(types, noisy, strict=True):
-        kinds += [kind, "DOUBLE", "DOUBLE"] if with_ci and flag else [kind]
-    return tuple(zip(headers(names, noisy, with_ci), kinds, strict=True))
-
-
 class DpsqlServer:
     """The listening server. `await start()`, then `await serve_forever()` or `await close()`."""
 
@@ -189,6 +183,9 @@ class DpsqlServer:
         # Measurements already released, shared by every connection's session (each analyst reads their own unless
         # the policy shares them): later answers derive from them (store/measurements.py).
         self.measurements: MeasurementStore | None = None
+        # With workers: the processes the sessions live in (each its own engine and stores); self.engine stays None.
+        self.workers: WorkerPool | None = None
+        self._threads = slots + 2 * cores + config.max_connections + 2  # calls a worker may get at once
 
     @property
     def port(self) -> int:
@@ -201,11 +198,14 @@ class DpsqlServer:
         BudgetLedger(self.policy.budget.ledger, self.policy.budget).close()
         if self.policy.answers is not None and self.answers is None:
             self.answers = AnswerStore(self.policy.answers)
-        if self.engine is None:
+        if self.engine is None and self._use_workers():
+            self._can_listen()
+            await asyncio.get_running_loop().run_in_executor(self.control, self._start_workers)
+        elif self.engine is None:
             self._can_listen()  # before a load that may take minutes, not after it
             self.engine = await asyncio.get_running_loop().run_in_executor(
                 self.control, functools.partial(build_engine, self.policy, progress=self.progress))
-        if self.measurements is None:
+        if self.measurements is None and self.engine is not None:
             self.measurements = measurement_store(self.policy, self.engine)
         try:
             self._server = await asyncio.start_server(self._accept, self.config.host, self.config.port,
@@ -214,6 +214,26 @@ class DpsqlServer:
             raise CannotListen(f"cannot listen on {self.config.host}:{self.config.port}: {_listen_problem(exc)}") \
                 from None
         log.info("dpsql server listening on %s:%s", self.config.host, self.port)
+
+    def _use_workers(self) -> bool:
+        """Workers unless asked for none, or the engine is Spark's (a cluster of its own: one session serves)."""
+        return self.config.workers > 0 and self.policy.engine.kind != "spark"
+
+    def _start_workers(self) -> None:
+        """The workers, each loading the data. A prepared store is built (or checked) here first, with the steward's
+        progress, so that the workers only attach it read-only; a load error is raised here either way, as the
+        same error the server's own load gives."""
+        if self.policy.store is not None:
+            build_engine(self.policy, progress=self.progress).close()
+        self.workers = WorkerPool(self.policy, self.config.workers, self._threads)
+        self.workers.start()
+
+    def session(self, user: str, database: str) -> AnalystSession:
+        """A private session for a connection of `user`'s: in their worker, or in this process."""
+        if self.workers is not None:
+            return self.workers.session(user, database)
+        return LocalSession(self._session_factory(self.policy, user, engine=self.engine, answers=self.answers,
+                                                  measurements=self.measurements, database=database))
 
     def _can_listen(self) -> None:
         """CannotListen now if the address cannot be bound (in use, no privilege, unknown host): the socket is let
@@ -241,6 +261,8 @@ class DpsqlServer:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await asyncio.get_running_loop().run_in_executor(None, self.executor.shutdown)
         await asyncio.get_running_loop().run_in_executor(None, self.control.shutdown)
+        if self.workers is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.workers.close)
         if self._owns_engine and self.engine is not None:
             self.engine.close()
         self.catalog.close()
@@ -317,7 +339,7 @@ class Connection:
         self.secret = secret
         self.user = ""
         self.database = ""
-        self.session: PrivateSession | None = None
+        self.session: AnalystSession | None = None
         self.settings: Settings | None = None
         self.state = _State()
         self._tls = False
@@ -373,10 +395,10 @@ class Connection:
         otherwise (no query, or one still being planned) the request is ignored, as PostgreSQL does."""
         if self._busy:
             self._cancelled.set()
-        worker = self._worker
-        if worker is not None and self.server.engine is not None:
+        worker, session = self._worker, self.session
+        if worker is not None and session is not None:
             self._interrupted = True
-            self.server.engine.interrupt(worker)  # its own query only
+            session.interrupt(worker)  # its own query only (in its worker process, if there)
             self.server.catalog.interrupt(worker)
 
     # ---- login -----------------------------------------------------------------------------------------------
@@ -423,9 +445,7 @@ class Connection:
         self.user = user
         self.database = startup.get("database") or user  # as PostgreSQL: the user's name if none is given
         self.settings = Settings.initial(user, startup)
-        self.session = await self._in_thread(self.server._session_factory, self.server.policy, user,
-                                             engine=self.server.engine, answers=self.server.answers,
-                                             measurements=self.server.measurements, database=self.database)
+        self.session = await self._in_thread(self.server.session, user, self.database)
         for name in ("server_version", "server_encoding", "client_encoding", "DateStyle", "IntervalStyle",
                      "TimeZone", "integer_datetimes", "standard_conforming_strings", "application_name",
                      "is_superuser", "session_authorization"):
@@ -585,7 +605,7 @@ class Connection:
             if len(parameters) != where.parameters:
                 raise ProgrammingError(f"this statement takes {where.parameters or 'no'} parameters, "
                                        f"not {len(parameters)}")
-            context = Context(self.settings, self.user, lambda: session.spending(self.user), database=self.database,
+            context = Context(self.settings, self.user, session.spending, database=self.database,
                               parameters=parameters)
             answer = await self._in_thread(where.run, context)
             if answer.transaction == "end":
@@ -604,8 +624,7 @@ class Connection:
         if isinstance(where, Explain):
             assert self.session is not None and self.settings is not None
             session, cost, bound = self.session, _costs(self.settings), parameters or None
-            text = await self._scheduled(self.server.plans, lambda: explain(
-                session.plan_for(where.query, bound, **cost), listed=session.engine.lists_earlier_rows))
+            text = await self._scheduled(self.server.plans, lambda: session.explain(where.query, bound, cost))
             return Answer(_EXPLAIN_COLUMNS, [(line,) for line in text.splitlines()], "EXPLAIN")
         return await self._query_answer(where, parameters)
 
@@ -630,8 +649,7 @@ class Connection:
         if free is None:
             free = await self._in_thread(session.reads_public_only, where.sql, bound)
         lane = self.server.free_queries if free else self.server.queries
-        result = await self._scheduled(lane, lambda: session.execute(where.sql, bound, **cost))
-        return self._private_answer(result, settings.intervals)
+        return await self._scheduled(lane, lambda: session.answer(where.sql, bound, cost, settings.intervals))
 
     def _facts(self) -> ConnectionFacts:
         """What the catalog shows of this connection: its login, settings and cursors."""
@@ -645,27 +663,6 @@ class Connection:
         return ConnectionFacts(self.database, self.user, self.process_id, self.server.started, shown, cursors,
                                _search_path(settings.get("search_path"), self.user),
                                settings.get("application_name"))
-
-    def _private_answer(self, result: PrivateResult, with_ci: bool) -> Answer:
-        cost, left = result.cost, result.spending
-        if result.plan is None and not cost.epsilon:  # public tables or a probe: nothing was measured or charged
-            noisy = [c.noisy for c in result.columns]
-            columns = _columns([c.name for c in result.columns], [c.type for c in result.columns], noisy, with_ci)
-            rows = records(result, with_ci) if with_ci else result.rows
-            return Answer(columns, rows, f"SELECT {len(result.rows)}")
-        delta = f", delta {float(cost.delta):g}" if cost.delta else ""
-        spent = f"this query cost epsilon {float(cost.epsilon):g}{delta}" if result.cached_at is None else \
-            f"the same answer as released at {result.cached_at} UTC, at no cost"
-        if result.note and result.cached_at is None:
-            spent += f" ({result.note})"
-        notice = (f"dpsql: {spent}; {self.user} has epsilon {left.epsilon_remaining:g} of "
-                  f"{left.epsilon_total:g} left")
-        noisy = [c.noisy for c in result.columns]
-        columns = _columns([c.name for c in result.columns], [c.type for c in result.columns], noisy, with_ci)
-        rows = records(result, with_ci) if with_ci else result.rows
-        empty = why_no_rows(result)  # from the released answer only, as the CLI says it
-        notices = (notice,) if empty is None else (notice, f"dpsql: {empty}")
-        return Answer(columns, rows, f"SELECT {len(result.rows)}", notices=notices)
 
     async def _columns(self, statement: Statement, parameters: list[Any] | None) -> tuple[tuple[str, str], ...]:
         """The columns a statement returns, from the dry run only: nothing runs on the data, nothing is charged."""
@@ -686,13 +683,10 @@ class Connection:
         cost = _costs(self.settings)
         values = parameters if parameters is not None else [dummy_value(oid) for oid in statement.reported]
 
-        def describe() -> tuple[tuple[str, str], ...]:
-            # The session's rehearsal found the output types when it prepared the question (a query of public
-            # tables: binding it did): no data, no charge, so no turn to wait for.
-            columns = session.describe(where.sql, values or None, **cost)
-            return _columns([c.name for c in columns], [c.type for c in columns], [c.noisy for c in columns],
-                            with_ci)
-        return await self._scheduled(self.server.plans, describe)
+        # The session's rehearsal finds the output types when it prepares the question (a query of public tables:
+        # binding it does): no data, no charge, so no turn of the data's to wait for.
+        return await self._scheduled(self.server.plans, lambda: session.columns(where.sql, values or None, cost,
+                                                                                with_ci))
 
     async def _in_thread(self, work: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Work that needs no turn (a login, a session command, a Describe), in a thread of the connection's."""
