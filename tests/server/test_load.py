@@ -334,11 +334,13 @@ def test_describe_does_not_wait_for_another_query_on_the_data(tmp_path: Path) ->
         engine.close()
 
 
-def test_the_ledger_stays_exact_under_concurrent_load(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])  # 2: worker processes
+def test_the_ledger_stays_exact_under_concurrent_load(tmp_path: Path, workers: int) -> None:
     """Three analysts, four connections each, asking at once until carol's budget (1.5) and more runs out: every
-    answer was charged once, no refused query was, and no budget was overspent."""
+    answer was charged once, no refused query was, and no budget was overspent; in the server's process, and with
+    the analysts' sessions in two worker processes, each charging the one ledger."""
     policy = sample_policy(tmp_path)
-    running = RunningServer(policy, ServerConfig(port=0)).start()
+    running = RunningServer(policy, ServerConfig(port=0, workers=workers)).start()
     answered: dict[str, int] = {"alice": 0, "bob": 0, "carol": 0}
     refused: dict[str, int] = {"alice": 0, "bob": 0, "carol": 0}
     lock = threading.Lock()

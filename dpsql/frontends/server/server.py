@@ -58,7 +58,7 @@ from dpsql.errors import (
 from dpsql.frontends.server import protocol as pq
 from dpsql.frontends.server import types
 from dpsql.frontends.server.analyst import AnalystSession, LocalSession
-from dpsql.frontends.server.catalog import Catalog, CatalogQueryError, CatalogStatement, ConnectionFacts, CursorFacts
+from dpsql.frontends.server.catalog import Catalog, CatalogStatement, ConnectionFacts, CursorFacts
 from dpsql.frontends.server.commands import Answer, Context, LocalCommand, Settings, version_text
 from dpsql.frontends.server.copy import CopyStatement, copy_rows
 from dpsql.frontends.server.cursors import Close, Cursors, Declare, Fetch
@@ -724,10 +724,16 @@ class Connection:
                     self._worker = None
             try:
                 return await asyncio.get_running_loop().run_in_executor(self.server.executor, in_worker)
-            except (ExecutionFailed, CatalogQueryError):
-                if self._interrupted:  # the client's cancel, not the data, stopped it
-                    raise WireError("57014", "canceling statement due to user request (it had started on the data: "
-                                             "its charge stands)") from None
+            except Error as exc:
+                if not self._interrupted:
+                    raise
+                # The client's cancel, not the data, stopped it: a free query (public tables, the catalog) cost
+                # nothing whatever its error says; a private one that reached the data stays charged.
+                if lane is not self.server.queries:
+                    raise WireError("57014", "canceling statement due to user request") from None
+                if isinstance(exc, ExecutionFailed):
+                    raise WireError("57014", "canceling statement due to user request (it had started on the "
+                                             "data: its charge stands)") from None
                 raise
             finally:
                 lane.release(self.user)

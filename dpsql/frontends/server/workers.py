@@ -177,13 +177,21 @@ class _Worker:
         threading.Thread(target=self._read, args=(ours,), name=f"dpsql-worker-{self.index}-replies",
                          daemon=True).start()
 
-    def request(self, make: Any) -> Any:
+    def current(self) -> int:
+        """The generation now serving (waiting while the worker starts again)."""
+        self._running.wait()
+        return self.generation
+
+    def request(self, make: Any, generation: int | None = None) -> Any:
         """Send `make(request id)` and wait for its reply: its value, or its error raised here. While the worker
-        starts again, wait for it."""
+        starts again, wait for it. `generation`: the request is for that generation's process only (a session's:
+        _Moved if another serves now)."""
         self._running.wait()
         with self._lock:
             if self._failure is not None:
                 raise self._failure
+            if generation is not None and generation != self.generation:
+                raise _Moved()
             if not self._alive or self._pipe is None:
                 raise WorkerStopped(_STOPPED)
             request = next(self._ids)
@@ -280,6 +288,10 @@ def _end(process: subprocess.Popen) -> None:
         process.wait()
 
 
+class _Moved(Exception):
+    """The session's worker was started again since it was opened: open it again there."""
+
+
 class RemoteSession:
     """An analyst's private session in their worker process: the same calls as analyst.LocalSession."""
 
@@ -296,9 +308,14 @@ class RemoteSession:
         self._generation = generation
 
     def _call(self, method: str, *args: Any) -> Any:
-        if self._generation != self.worker.generation:  # the worker was started again: the session is new there
-            self.open()
-        return self.worker.request(lambda request: Call(request, self.id, method, args))
+        for _ in range(2):
+            if self._generation != self.worker.current():  # the worker was started again: the session is new there
+                self.open()
+            try:
+                return self.worker.request(lambda request: Call(request, self.id, method, args), self._generation)
+            except _Moved:
+                continue
+        raise WorkerStopped(_STOPPED)
 
     def answer(self, sql: str, parameters: Parameters, costs: dict[str, Any], with_ci: bool) -> Answer:
         return self._call("answer", sql, parameters, costs, with_ci)
