@@ -70,6 +70,7 @@ _METHODS = frozenset({"answer", "columns", "explain", "reads_public_only", "spen
 _STOPPED = ("the worker process running this statement stopped before it answered (it is being restarted). If "
             "the query had reached the data, its charge stands: SHOW dpsql.budget; ask it again")
 _SOURCE = Path(__file__).resolve().parents[3]  # the folder dpsql is imported from: the workers import it too
+_KNOWN_TEXTS = 256  # texts a session remembers whether they read public tables only
 _STOP_WAIT = 30.0  # seconds a worker has to finish its requests at the server's close before it is killed
 
 
@@ -301,6 +302,10 @@ class RemoteSession:
         self.analyst = analyst
         self.database = database
         self._generation = 0  # the worker's generation the session was opened in
+        # Whether a text reads public tables only, as the worker said: which tables a query reads is its text's, not
+        # its parameters' (they are values), so asking again with new values skips a round trip. It decides only
+        # the query's lane (scheduler.py); the worker's session decides, and charges, on its own.
+        self._public: dict[str, bool] = {}
 
     def open(self) -> None:
         generation = self.worker.generation
@@ -327,10 +332,14 @@ class RemoteSession:
         return self._call("explain", sql, parameters, costs)
 
     def reads_public_only(self, sql: str, parameters: Parameters) -> bool:
-        return self._call("reads_public_only", sql, parameters)
+        public = self._call("reads_public_only", sql, parameters)
+        if len(self._public) >= _KNOWN_TEXTS:
+            self._public.pop(next(iter(self._public)))
+        self._public[sql] = public
+        return public
 
     def known_public_only(self, sql: str, parameters: Parameters) -> bool | None:
-        return None  # known in the worker only: reads_public_only asks it
+        return self._public.get(sql)
 
     def spending(self) -> Spending:
         return self._call("spending")
