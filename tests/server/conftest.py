@@ -12,9 +12,12 @@ import hashlib
 import hmac
 import socket
 import struct
-from collections.abc import Callable, Iterator
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from benchmarks.support import RunningServer, start_server
@@ -166,3 +169,31 @@ def url(running: RunningServer, scheme: str = "postgresql", user: str = "alice")
     """A connection URL (SQLAlchemy, connectorx, ADBC): the password percent-encoded."""
     password = PASSWORDS[user].replace(" ", "%20")
     return f"{scheme}://{user}:{password}@127.0.0.1:{running.port}/visits"
+
+
+class Tally:
+    """Answers and refusals (by SQLSTATE) per analyst, counted from many client threads at once."""
+
+    def __init__(self, users: Sequence[str]) -> None:
+        self.answered: Counter[str] = Counter(dict.fromkeys(users, 0))
+        self.refused: dict[str, Counter[str]] = {user: Counter() for user in users}
+        self._lock = threading.Lock()
+
+    def ask(self, running: RunningServer, user: str, queries: Sequence[str], refusals: set[str],
+            start: threading.Barrier | None = None) -> None:
+        """On a connection of `user`'s at epsilon 0.25, each query in turn (after `start`, if given), counting
+        answers and the refusals whose SQLSTATE is in `refusals` (any other fails the test)."""
+        with psycopg.connect(dsn(running, user), autocommit=True) as conn:
+            conn.execute("SET dpsql.epsilon = 0.25")
+            if start is not None:
+                start.wait()
+            for sql in queries:
+                try:
+                    conn.execute(sql).fetchall()
+                except psycopg.Error as exc:
+                    assert exc.sqlstate in refusals, exc
+                    with self._lock:
+                        self.refused[user][exc.sqlstate] += 1
+                else:
+                    with self._lock:
+                        self.answered[user] += 1

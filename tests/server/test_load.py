@@ -22,7 +22,7 @@ from benchmarks.support import RunningServer
 from dpsql.engines.duckdb_engine import DuckDBEngine
 from dpsql.frontends.server.server import ServerConfig
 from dpsql.policy import load_policy
-from tests.server.conftest import PASSWORDS, RawClient, charges, dsn, ledger_of, sample_policy
+from tests.server.conftest import PASSWORDS, RawClient, Tally, charges, dsn, ledger_of, sample_policy
 
 # A catalog query that runs until the catalog's time limit stops it (no table function the checker refuses).
 CATALOG_CROSS_JOIN = "SELECT count(*) FROM pg_catalog.pg_class a, generate_series(1, 100000000000) r"
@@ -341,26 +341,10 @@ def test_the_ledger_stays_exact_under_concurrent_load(tmp_path: Path, workers: i
     the analysts' sessions in two worker processes, each charging the one ledger."""
     policy = sample_policy(tmp_path)
     running = RunningServer(policy, ServerConfig(port=0, workers=workers)).start()
-    answered: dict[str, int] = {"alice": 0, "bob": 0, "carol": 0}
-    refused: dict[str, int] = {"alice": 0, "bob": 0, "carol": 0}
-    lock = threading.Lock()
-
-    def client(user: str, index: int) -> None:
-        with psycopg.connect(dsn(running, user), autocommit=True) as conn:
-            conn.execute("SET dpsql.epsilon = 0.25")
-            for number in range(8):
-                try:
-                    conn.execute(PRIVATE.format(1000 * index + number)).fetchall()
-                except psycopg.Error as exc:
-                    assert exc.sqlstate == "53000", exc
-                    with lock:
-                        refused[user] += 1
-                else:
-                    with lock:
-                        answered[user] += 1
-
-    threads = [threading.Thread(target=client, args=(user, 10 * k + i)) for k, user in
-               enumerate(answered) for i in range(4)]
+    tally = Tally(["alice", "bob", "carol"])
+    threads = [threading.Thread(target=tally.ask, args=(running, user, [PRIVATE.format(1000 * (10 * k + i) + n)
+                                                                        for n in range(8)], {"53000"}))
+               for k, user in enumerate(tally.answered) for i in range(4)]
     try:
         for thread in threads:
             thread.start()
@@ -370,12 +354,13 @@ def test_the_ledger_stays_exact_under_concurrent_load(tmp_path: Path, workers: i
         running.stop()
     with ledger_of(policy) as ledger:
         history = ledger.history()
-        for user in answered:
+        for user, answered in tally.answered.items():
             mine = [c for c in history if c.analyst == user]
-            assert len(mine) == answered[user]
+            assert len(mine) == answered
             assert float(sum(c.epsilon for c in mine)) == ledger.spending(user).epsilon_spent
         carol = ledger.spending("carol")
-    assert answered["carol"] == 6 and refused["carol"] == 26  # 1.5 / 0.25: six answers, the rest refused
+    # 1.5 / 0.25: six answers, the rest refused
+    assert tally.answered["carol"] == 6 and tally.refused["carol"] == {"53000": 26}
     assert carol.epsilon_spent <= 1.5
-    assert answered["alice"] == answered["bob"] == 32
+    assert tally.answered["alice"] == tally.answered["bob"] == 32
 

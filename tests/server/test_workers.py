@@ -34,7 +34,7 @@ from dpsql.frontends.server.commands import Answer
 from dpsql.frontends.server.messages import Reply, WorkerFailed, WorkerStopped, error_text, raised
 from dpsql.frontends.server.server import ServerConfig
 from dpsql.policy import load_policy
-from tests.server.conftest import PASSWORDS, RawClient, charges, dsn, ledger_of, sample_policy
+from tests.server.conftest import PASSWORDS, RawClient, Tally, charges, dsn, ledger_of, sample_policy
 from tests.server.test_load import PRIVATE, PUBLIC_CROSS_JOIN, _cancel, _key, _policy, _query
 
 # A query of public tables only (exact, no noise: the same answer every time) whose columns have many types.
@@ -197,28 +197,11 @@ def test_the_ledger_stays_exact_when_a_worker_dies_under_load(tmp_path: Path) ->
     or not at all); every answer was charged once; Alice never noticed."""
     policy = _policy(tmp_path)
     running = _running(policy, workers=2)
-    answered = {"alice": 0, "bob": 0}
-    stopped = {"alice": 0, "bob": 0}
-    lock = threading.Lock()
+    tally = Tally(["alice", "bob"])
     go = threading.Barrier(9)
-
-    def client(user: str, index: int) -> None:
-        with psycopg.connect(dsn(running, user), autocommit=True) as conn:
-            conn.execute("SET dpsql.epsilon = 0.25")
-            go.wait()
-            for number in range(12):
-                try:
-                    conn.execute(PRIVATE.format(1000 * index + number)).fetchall()
-                except psycopg.Error as exc:
-                    assert exc.sqlstate == "57P02", exc
-                    with lock:
-                        stopped[user] += 1
-                else:
-                    with lock:
-                        answered[user] += 1
-
-    threads = [threading.Thread(target=client, args=(user, 10 * k + i)) for k, user in enumerate(answered)
-               for i in range(4)]
+    threads = [threading.Thread(target=tally.ask, args=(running, user, [PRIVATE.format(1000 * (10 * k + i) + n)
+                                                                        for n in range(12)], {"57P02"}, go))
+               for k, user in enumerate(tally.answered) for i in range(4)]
     try:
         for thread in threads:
             thread.start()
@@ -231,13 +214,14 @@ def test_the_ledger_stays_exact_when_a_worker_dies_under_load(tmp_path: Path) ->
             thread.join()
     finally:
         running.stop()
-    assert stopped["alice"] == 0 and answered["alice"] == 48
-    assert stopped["bob"] >= 1 and answered["bob"] + stopped["bob"] == 48
+    stopped = {user: refused["57P02"] for user, refused in tally.refused.items()}
+    assert stopped["alice"] == 0 and tally.answered["alice"] == 48
+    assert stopped["bob"] >= 1 and tally.answered["bob"] + stopped["bob"] == 48
     with ledger_of(policy) as ledger:
         history = ledger.history()
-        for user in answered:
+        for user, answered in tally.answered.items():
             mine = [c for c in history if c.analyst == user]
-            assert answered[user] <= len(mine) <= answered[user] + stopped[user]
+            assert answered <= len(mine) <= answered + stopped[user]
             assert float(sum(c.epsilon for c in mine)) == ledger.spending(user).epsilon_spent
 
 
