@@ -35,8 +35,8 @@ from dpsql.frontends.server.commands import Answer
 from dpsql.frontends.server.messages import Reply, WorkerFailed, WorkerStopped, error_text, raised
 from dpsql.frontends.server.server import ServerConfig
 from dpsql.policy import load_policy
-from tests.server.conftest import PASSWORDS, RawClient, Tally, charges, dsn, ledger_of, sample_policy
-from tests.server.test_load import PRIVATE, PUBLIC_CROSS_JOIN, _cancel, _key, _policy, _query
+from tests.server.conftest import PASSWORDS, RawClient, Tally, charges, dsn, hold_engine, ledger_of, sample_policy
+from tests.server.test_load import PRIVATE, PUBLIC_CROSS_JOIN, _answer_of, _cancel, _key, _Order, _policy, _query
 
 # A query of public tables only (exact, no noise: the same answer every time) whose columns have many types.
 TYPED = ("SELECT department, floor, CAST(beds AS BIGINT) AS beds, floor / 3.0 AS ratio, "
@@ -159,6 +159,45 @@ def test_a_cancel_stops_a_query_running_in_a_worker(one_worker: RunningServer) -
     finally:
         bob.close()
         alice.close()
+
+
+@pytest.mark.slow  # starts worker processes, 65 connections
+def test_one_analysts_flood_does_not_starve_another_with_workers(tmp_path: Path) -> None:
+    """Alice's 64 queries wait for their turns, then Bob's one, asked after all of them; when the turns free, Bob's
+    is answered after a few of Alice's (those that run beside it), not after all 64: the server's scheduler gives
+    the turns, whichever worker runs the query."""
+    policy = _policy(tmp_path)
+    running = _running(policy, workers=2)
+    order = _Order()
+    flood = [RawClient(running.port) for _ in range(64)]
+    victim = RawClient(running.port)
+    scheduler = running.server.queries
+    try:
+        for client in flood:
+            client.login("alice", PASSWORDS["alice"])
+        victim.login("bob", PASSWORDS["bob"])
+        release = hold_engine(running)
+        for number, client in enumerate(flood):
+            _query(client, PRIVATE.format(100 + number))
+        readers = [_answer_of(client, order, "alice") for client in flood]
+        while len(scheduler._waiting.get("alice", ())) < 64:
+            threading.Event().wait(0.01)
+        _query(victim, PRIVATE.format(99))
+        readers.append(_answer_of(victim, order, "bob"))
+        while "bob" not in scheduler._waiting:
+            threading.Event().wait(0.01)
+        release()
+        for reader in readers:
+            reader.join()
+        done = order.now()
+        assert len(done) == 65
+        ahead = done.index("bob")
+        assert ahead <= 8, f"bob's query was answered after {ahead} of alice's 64"
+        assert len(charges(policy)) == 65
+    finally:
+        for client in [*flood, victim]:
+            client.close()
+        running.stop()
 
 
 def _until_in_worker(running: RunningServer) -> None:
