@@ -363,7 +363,8 @@ def serve(policy: Path, host: str, port: int, tls_cert: Path | None, tls_key: Pa
     async def run() -> None:
         server = DpsqlServer(load_policy(policy), config, progress=_steward_progress(quiet))
         await server.start()
-        click.echo(f"dpsql: serving {policy} on {host}:{server.port}{' (TLS)' if tls else ''}", err=True)
+        workers = f", {len(server.workers.workers)} worker processes" if server.workers is not None else ""
+        click.echo(f"dpsql: serving {policy} on {host}:{server.port}{' (TLS)' if tls else ''}{workers}", err=True)
         try:
             await server.serve_forever()
         finally:
