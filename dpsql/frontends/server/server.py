@@ -1,15 +1,19 @@
 """`dpsql serve`: the PostgreSQL wire protocol in front of private sessions, on asyncio.
 
-One process loads the policy's tables once (one sandboxed engine) and serves many clients. Each connection logs
-in with SCRAM-SHA-256 as an analyst the steward registered (users.py) and gets its own PrivateSession over the
-shared engine, so every statement goes through the same pipeline, charges and refusals as the DB-API's.
+The server serves many clients. Each connection logs in with SCRAM-SHA-256 as an analyst the steward registered
+(users.py) and gets its own PrivateSession, so every statement goes through the same pipeline, charges and
+refusals as the DB-API's. Where the sessions live (ServerConfig.workers): in worker processes, each with its own
+sandboxed engine on the data, an analyst's sessions all in one of them (workers.py), so that the queries' Python
+work uses every core; or (workers = 0) in this process, over one engine loaded once. The connection asks its
+session the same way in both cases (analyst.py).
 
-Concurrency: the event loop only frames messages. A query runs in a worker thread when the scheduler gives it a
-turn (scheduler.py): several at once (each on an engine cursor of its own, engines/cursors.py), shared by analyst
-in turn, a few per analyst at most; queries of public tables only and catalog queries, which cost nothing, take
-turns of their own, one per analyst, so they never hold a turn a private query needs. A query still waiting for
-its turn can be cancelled before it is charged; one already running on the data runs to its end (or the policy's
-time limit, or a cancel that interrupts it alone); its charge stands, as with every query that touched the data.
+Concurrency: the event loop only frames messages. A query runs in a query thread (which, with workers, sends it
+to the analyst's worker and waits) when the scheduler gives it a turn (scheduler.py): several at once (each on an
+engine cursor of its own, engines/cursors.py), shared by analyst in turn, a few per analyst at most; queries of
+public tables only and catalog queries, which cost nothing, take turns of their own, one per analyst, so they never
+hold a turn a private query needs. A query still waiting for its turn can be cancelled before it is charged; one
+already running on the data runs to its end (or the policy's time limit, or a cancel that interrupts it alone); its
+charge stands, as with every query that touched the data.
 A Describe or an EXPLAIN (the query planned, and dry-run on empty tables: no data) takes a turn of a third kind,
 one per analyst, so it never waits for a query on the data. Logins and session commands run unscheduled in threads
 of their own.

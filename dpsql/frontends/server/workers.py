@@ -115,8 +115,10 @@ class WorkerPool:
         return remote
 
     def close(self) -> None:
-        for worker in self.workers:
+        for worker in self.workers:  # all told first, so that they finish their requests at the same time
             worker.stop()
+        for worker in self.workers:
+            worker.wait()
 
 
 @dataclass
@@ -269,15 +271,19 @@ class _Worker:
             self._running.set()
 
     def stop(self) -> None:
+        """Tell the worker to finish its requests and exit (and not to be started again)."""
         with self._lock:
             self._stopping = True
-            pipe, process = self._pipe, self._process
+            pipe = self._pipe
         self._running.set()
         if pipe is not None:
             with contextlib.suppress(OSError, ValueError), self._send_lock:
                 pipe.send(Stop())
-        if process is not None:
-            _end(process)
+
+    def wait(self) -> None:
+        """Until the stopped worker has exited (killed if it takes too long)."""
+        if self._process is not None:
+            _end(self._process)
 
 
 def _end(process: subprocess.Popen) -> None:
