@@ -215,6 +215,9 @@ class DpsqlServer:
             self._server = await asyncio.start_server(self._accept, self.config.host, self.config.port,
                                                       limit=self.config.max_message + 1024)
         except OSError as exc:
+            if self.workers is not None:  # taken since the early check: the workers go, as the server does
+                await asyncio.get_running_loop().run_in_executor(None, self.workers.close)
+                self.workers = None
             raise CannotListen(f"cannot listen on {self.config.host}:{self.config.port}: {_listen_problem(exc)}") \
                 from None
         log.info("dpsql server listening on %s:%s", self.config.host, self.port)
