@@ -70,6 +70,15 @@ def _answer_of(client: RawClient, order: _Order, name: str) -> threading.Thread:
     return thread
 
 
+def _ahead_of_bob(readers: list[threading.Thread], order: _Order) -> int:
+    """Once alice's 64 answers and bob's one are read: how many of hers came before his."""
+    for reader in readers:
+        reader.join()
+    done = order.now()
+    assert len(done) == 65
+    return done.index("bob")
+
+
 def _key(messages: list[tuple[bytes, bytes]]) -> tuple[int, int]:
     """The BackendKeyData of a login: what a CancelRequest names."""
     body = next(body for kind, body in messages if kind == b"K")
@@ -288,11 +297,7 @@ def test_one_analysts_flood_does_not_starve_another(tmp_path: Path) -> None:
         _query(victim, PRIVATE.format(99))
         readers.append(_answer_of(victim, order, "bob"))
         engine.gate.set()
-        for reader in readers:
-            reader.join()
-        done = order.now()
-        assert len(done) == 65
-        ahead = done.index("bob")
+        ahead = _ahead_of_bob(readers, order)
         assert ahead <= 4, f"bob's query was answered after {ahead} of alice's 64"
         assert engine.most <= 4, f"{engine.most} queries were on the data at once"
         assert len(charges(policy)) == 65

@@ -36,7 +36,17 @@ from dpsql.frontends.server.messages import Reply, WorkerFailed, WorkerStopped, 
 from dpsql.frontends.server.server import ServerConfig
 from dpsql.policy import load_policy
 from tests.server.conftest import PASSWORDS, RawClient, Tally, charges, dsn, hold_engine, ledger_of, sample_policy
-from tests.server.test_load import PRIVATE, PUBLIC_CROSS_JOIN, _answer_of, _cancel, _key, _Order, _policy, _query
+from tests.server.test_load import (
+    PRIVATE,
+    PUBLIC_CROSS_JOIN,
+    _ahead_of_bob,
+    _answer_of,
+    _cancel,
+    _key,
+    _Order,
+    _policy,
+    _query,
+)
 
 # A query of public tables only (exact, no noise: the same answer every time) whose columns have many types.
 TYPED = ("SELECT department, floor, CAST(beds AS BIGINT) AS beds, floor / 3.0 AS ratio, "
@@ -187,11 +197,7 @@ def test_one_analysts_flood_does_not_starve_another_with_workers(tmp_path: Path)
         while "bob" not in scheduler._waiting:
             threading.Event().wait(0.01)
         release()
-        for reader in readers:
-            reader.join()
-        done = order.now()
-        assert len(done) == 65
-        ahead = done.index("bob")
+        ahead = _ahead_of_bob(readers, order)
         assert ahead <= 8, f"bob's query was answered after {ahead} of alice's 64"
         assert len(charges(policy)) == 65
     finally:

@@ -26,29 +26,32 @@ class Start:
 
 
 @dataclass(frozen=True)
-class Open:
-    """Open a private session for `analyst` (as connected to `database`), known from now on as `session`."""
+class SessionRequest:
+    """A request about the session the server numbered `session`; its reply names `request`."""
 
     request: int
     session: int
+
+
+@dataclass(frozen=True)
+class Open(SessionRequest):
+    """Open a private session for `analyst` (as connected to `database`), known from now on as `session`."""
+
     analyst: str
     database: str
 
 
 @dataclass(frozen=True)
-class Call:
-    """Call a method of LocalSession (analyst.py) on the session `session`."""
+class Call(SessionRequest):
+    """Call a method of LocalSession (analyst.py) on the session."""
 
-    request: int
-    session: int
     method: str
     args: tuple[Any, ...]
 
 
 @dataclass(frozen=True)
-class CloseSession:
-    request: int
-    session: int
+class CloseSession(SessionRequest):
+    """Close the session (its ledger connection, its post-processing database)."""
 
 
 @dataclass(frozen=True)
@@ -83,12 +86,16 @@ class LoadFailed:
 
 @dataclass(frozen=True)
 class Reply:
+    """Request `request` done: what the call returned."""
+
     request: int
     value: Any
 
 
 @dataclass(frozen=True)
 class Failure:
+    """Request `request` failed: its error."""
+
     request: int
     error: ErrorText
 

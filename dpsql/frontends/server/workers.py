@@ -52,6 +52,7 @@ from dpsql.frontends.server.messages import (
     Open,
     Ready,
     Reply,
+    SessionRequest,
     Start,
     Stop,
     WorkerFailed,
@@ -411,7 +412,7 @@ class _Serving:
         self.running: dict[int, int] = {}  # request -> the thread running it
         self._send_lock = threading.Lock()
 
-    def handle(self, message: Open | Call | CloseSession) -> None:
+    def handle(self, message: SessionRequest) -> None:
         self.running[message.request] = threading.get_ident()
         try:
             reply: Reply | Failure = Reply(message.request, self._do(message))
@@ -430,7 +431,7 @@ class _Serving:
                 log.exception("a reply could not be sent to the server")
                 self.pipe.send(Failure(message.request, error_text(RuntimeError())))
 
-    def _do(self, message: Open | Call | CloseSession) -> Any:
+    def _do(self, message: SessionRequest) -> Any:
         if isinstance(message, Open):
             self.sessions[message.session] = LocalSession(PrivateSession(
                 self.policy, message.analyst, engine=self.engine, answers=self.answers,
