@@ -60,11 +60,15 @@ def charges(policy: Path) -> list:
         return ledger.history()
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    running = start_server(sample_policy(tmp_path_factory.mktemp("server")))
-    yield running
-    running.stop()
+@pytest.fixture(scope="module", params=[0, pytest.param(2, marks=pytest.mark.slow)], ids=["in-process", "workers"])
+def served(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[RunningServer]:
+    """The server on the sample: its sessions in its own process, and (slow: it starts processes) in two worker
+    processes, so that every client's and driver's test also runs through the workers' pipes."""
+    running = start_server(sample_policy(tmp_path_factory.mktemp("server")), workers=request.param)
+    try:
+        yield running
+    finally:
+        running.stop()
 
 
 def hold_engine(running: RunningServer) -> Callable[[], None]:
