@@ -50,7 +50,7 @@ from tests.server.test_load import (
 
 # A query of public tables only (exact, no noise: the same answer every time) whose columns have many types.
 TYPED = ("SELECT department, floor, CAST(beds AS BIGINT) AS beds, floor / 3.0 AS ratio, "
-         "CAST(beds AS DECIMAL(12, 3)) / 7 AS share, DATE '2024-02-29' + CAST(floor AS INTEGER) AS day, "
+         "CAST(beds AS DECIMAL(18, 3)) + 0.1 AS share, DATE '2024-02-29' + CAST(floor AS INTEGER) AS day, "
          "TIMESTAMP '2024-01-01 12:34:56.789012' + CAST(floor AS INTEGER) * INTERVAL 1 HOUR AS at, "
          "CAST('-0.0' AS DOUBLE) AS minus_zero, CAST('nan' AS DOUBLE) AS nan, CAST('inf' AS DOUBLE) AS inf, "
          "floor > 2 AS high, CAST(NULL AS INTEGER) AS nothing, specialty_group || ' é ✓' AS label "
