@@ -410,6 +410,9 @@ class _Serving:
         self.measurements = measurements
         self.sessions: dict[int, LocalSession] = {}
         self.running: dict[int, int] = {}  # request -> the thread running it
+        # Held while a request leaves `running` and while an Interrupt is delivered: an Interrupt reaches its own
+        # request's statement, never the next one its thread runs.
+        self._running_lock = threading.Lock()
         self._send_lock = threading.Lock()
 
     def handle(self, message: SessionRequest) -> None:
@@ -421,7 +424,8 @@ class _Serving:
                 log.exception("a request failed in the worker")
             reply = Failure(message.request, error_text(exc))
         finally:
-            self.running.pop(message.request, None)
+            with self._running_lock:
+                self.running.pop(message.request, None)
         with self._send_lock:
             try:
                 self.pipe.send(reply)
@@ -447,9 +451,10 @@ class _Serving:
         return getattr(self.sessions[message.session], message.method)(*message.args)
 
     def interrupt(self, request: int) -> None:
-        thread = self.running.get(request)
-        if thread is not None:
-            self.engine.interrupt(thread)
+        with self._running_lock:
+            thread = self.running.get(request)
+            if thread is not None:
+                self.engine.interrupt(thread)
 
     def close(self) -> None:
         for session in self.sessions.values():
