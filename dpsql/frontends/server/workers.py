@@ -146,7 +146,7 @@ class _Worker:
         self._alive = False
         self._stopping = False
         self._waiting: dict[int, _Waiting] = {}
-        self._requests: dict[int, int] = {}  # the server's thread -> the request it waits for
+        self._requests: dict[int, tuple[int, int | None]] = {}  # the server's thread -> (request, session) it waits for
         self._running = threading.Event()  # set while a started process serves; cleared while it (re)starts
         self._failure: Error | None = None  # why it could not be started again
         self._ids = itertools.count(1)
@@ -186,10 +186,10 @@ class _Worker:
         self._running.wait()
         return self.generation
 
-    def request(self, make: Any, generation: int | None = None) -> Any:
+    def request(self, make: Any, generation: int | None = None, session: int | None = None) -> Any:
         """Send `make(request id)` and wait for its reply: its value, or its error raised here. While the worker
         starts again, wait for it. `generation`: the request is for that generation's process only (a session's:
-        _Moved if another serves now)."""
+        _Moved if another serves now); `session`: the session it is about, which alone a cancel may stop."""
         self._running.wait()
         with self._lock:
             if self._failure is not None:
@@ -200,7 +200,7 @@ class _Worker:
                 raise WorkerStopped(_STOPPED)
             request = next(self._ids)
             waiting = self._waiting[request] = _Waiting()
-            self._requests[threading.get_ident()] = request
+            self._requests[threading.get_ident()] = (request, session)
             pipe = self._pipe
         try:
             try:
@@ -223,12 +223,13 @@ class _Worker:
         assert isinstance(outcome, Reply)
         return outcome.value
 
-    def interrupt(self, thread: int) -> None:
-        """Stop the query on the data that the server's thread `thread` waits for, if it waits for one here."""
+    def interrupt(self, thread: int, session: int) -> None:
+        """Stop the query on the data that the server's thread `thread` waits for here, if it is `session`'s (the
+        thread may have moved on to another connection's query since the cancel looked)."""
         with self._lock:
-            request = self._requests.get(thread)
+            request, about = self._requests.get(thread, (None, None))
             pipe = self._pipe if self._alive else None
-        if request is not None and pipe is not None:
+        if request is not None and about == session and pipe is not None:
             with contextlib.suppress(OSError, ValueError), self._send_lock:
                 pipe.send(Interrupt(request))
 
@@ -324,7 +325,8 @@ class RemoteSession:
             if self._generation != self.worker.current():  # the worker was started again: the session is new there
                 self.open()
             try:
-                return self.worker.request(lambda request: Call(request, self.id, method, args), self._generation)
+                return self.worker.request(lambda request: Call(request, self.id, method, args), self._generation,
+                                           self.id)
             except _Moved:
                 continue
         raise WorkerStopped(_STOPPED)
@@ -352,7 +354,7 @@ class RemoteSession:
         return self._call("spending")
 
     def interrupt(self, thread: int) -> None:
-        self.worker.interrupt(thread)
+        self.worker.interrupt(thread, self.id)
 
     def close(self) -> None:
         if self._generation == self.worker.generation:  # else it went with the worker that stopped
