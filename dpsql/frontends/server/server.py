@@ -353,6 +353,9 @@ class Connection:
         self._busy = False
         self._cancelled = asyncio.Event()
         self._worker: int | None = None  # the thread its query runs in (planning, charging or on the data)
+        # Held while that thread leaves the query and while a cancel interrupts it: the query threads are shared, so
+        # a cancel must not reach the next connection's query the thread runs.
+        self._worker_lock = threading.Lock()
         self._interrupted = False  # a cancel interrupted its query on the data
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
@@ -402,11 +405,12 @@ class Connection:
         otherwise (no query, or one still being planned) the request is ignored, as PostgreSQL does."""
         if self._busy:
             self._cancelled.set()
-        worker, session = self._worker, self.session
-        if worker is not None and session is not None:
-            self._interrupted = True
-            session.interrupt(worker)  # its own query only (in its worker process, if there)
-            self.server.catalog.interrupt(worker)
+        with self._worker_lock:
+            worker, session = self._worker, self.session
+            if worker is not None and session is not None:
+                self._interrupted = True
+                session.interrupt(worker)  # its own query only (in its worker process, if there)
+                self.server.catalog.interrupt(worker)
 
     # ---- login -----------------------------------------------------------------------------------------------
 
@@ -728,7 +732,8 @@ class Connection:
                 try:
                     return work()
                 finally:
-                    self._worker = None
+                    with self._worker_lock:
+                        self._worker = None
             try:
                 return await asyncio.get_running_loop().run_in_executor(self.server.executor, in_worker)
             except Error as exc:
