@@ -259,7 +259,8 @@ def test_the_ledger_stays_exact_when_a_worker_dies_under_load(tmp_path: Path) ->
             thread.start()
         go.wait()
         bobs = running.server.workers.home("bob")
-        while not bobs._requests:
+        os.kill(bobs.pid, signal.SIGSTOP)  # frozen: what is asked of it now cannot be answered before the kill
+        while len(bobs._requests) < 2:  # his two turns' queries, at least, sent to it and waiting
             threading.Event().wait(0.001)
         os.kill(bobs.pid, signal.SIGKILL)
         for thread in threads:
