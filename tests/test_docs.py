@@ -8,7 +8,8 @@ users file), with this interpreter's virtualenv first on PATH and no DPSQL_* or 
 - a prompted block (```console, first line `$ command`, going on after a backslash or inside quotes): the command
   is run, and the output shown after it checked: a table's header, its number of rows and its first column (the
   group keys), as noisy values differ from run to run; other lines each found among the printed ones, numbers
-  taken as any number (`...` stands for lines left out); a ```text block titled "output" shows the output of the
+  taken as any number (`...` stands for lines left out); an error shown (`ERROR:`, `dpsql: error:`) is a
+  refusal, and the command must fail; a ```text block titled "output" shows the output of the
   block before it;
 - a Python block: run with this interpreter;
 - an SQL block: a query for `dpsql query ... --policy sample_data/visits.toml`;
@@ -197,11 +198,11 @@ class PageRunner:
             return False
         return True
 
-    def _check(self, what: str, command: list[str]) -> subprocess.CompletedProcess[str]:
+    def _check(self, what: str, command: list[str], fails: bool = False) -> subprocess.CompletedProcess[str]:
         if EXAMPLE_PORT in what and self.server is None:
             pytest.fail(f"{what}\nneeds a server: the page must start one (`dpsql serve`) before")
         done = subprocess.run(command, cwd=self.clone, env=_environment(), capture_output=True, text=True)
-        assert done.returncode == 0, f"{what}\n{done.stdout}\n{done.stderr}"
+        assert (done.returncode != 0) == fails, f"{what}\n{done.stdout}\n{done.stderr}"
         self.printed = done
         return done
 
@@ -234,7 +235,8 @@ class PageRunner:
         shown = lines[1:]
         while shown and _continued("\n".join(command)):
             command.append(shown.pop(0))
-        done = self._check(text, ["bash", "-c", "\n".join(command)])
+        fails = any(line.startswith(_ERRORS) for line in shown)  # a refusal, shown as such
+        done = self._check(text, ["bash", "-c", "\n".join(command)], fails)
         _check_shown_output(shown, done.stdout, done.stderr)
 
     def close(self) -> None:
@@ -256,7 +258,8 @@ def _continued(command: str) -> bool:
 
 
 _RULE = re.compile(r"^[-+ ]*-[-+ ]*$")  # the line under a table's header: dpsql's and psql's
-_STDERR = ("cost: ", "NOTICE: ", "dpsql: ")
+_STDERR = ("cost: ", "NOTICE: ", "dpsql: ", "ERROR: ")
+_ERRORS = ("ERROR: ", "dpsql: error: ")  # psql's and the command line's: the command fails
 
 
 def _check_shown_output(shown: list[str], stdout: str, stderr: str) -> None:
