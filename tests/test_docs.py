@@ -266,10 +266,12 @@ def _check_shown_output(shown: list[str], stdout: str, stderr: str) -> None:
     """A table as the docs show it: its header's names, its number of rows and its first column (the group keys);
     noisy values differ from run to run, and a column widens with them. Any other line shown (a message, a
     summary) must be printed, numbers standing for any number."""
-    table = [line for line in shown if not line.startswith(_STDERR)]
+    table = [line for line in shown if line.strip() and not line.startswith(_STDERR)]
     others = [line for line in shown if line.startswith(_STDERR)]
-    if len(table) >= 2 and _RULE.match(table[1]):
-        table = [line for line in table if line.strip()]
+    rules = [i for i, line in enumerate(table) if i and _RULE.match(line)]
+    if rules:  # lines before the header (psql's SET) are checked as any other line
+        others += table[:rules[0] - 1]
+        table = table[rules[0] - 1:]
         got = [line for line in stdout.splitlines() if line.strip()]
         headers = [i for i, line in enumerate(got) if line.split() == table[0].split()]
         assert headers, f"no header {table[0]!r} among the printed lines:\n{stdout}"
@@ -282,6 +284,6 @@ def _check_shown_output(shown: list[str], stdout: str, stderr: str) -> None:
     for line in others:
         if line.strip() in ("", "..."):
             continue
-        pattern = re.sub(r"\\?-?\d[\d,]*(\\\.\d+)?", r"-?[\\d,]+(\\.\\d+)?", re.escape(line.strip()))
-        assert any(re.fullmatch(pattern, got.strip()) for got in printed), \
+        pattern = re.sub(r"\\?-?\d[\d,]*(\\\.\d+)?", r"-?[\\d,]+(\\.\\d+)?", re.escape(" ".join(line.split())))
+        assert any(re.fullmatch(pattern, " ".join(got.split())) for got in printed), \
             f"{line!r} is not among the printed lines:\n{stdout}\n{stderr}"
