@@ -1,7 +1,7 @@
 """MkDocs hooks: the parts of the documentation that are read from the code, so that they cannot drift from it.
 
-- `<!-- generated: errors -->` becomes the table of error classes (dpsql/errors.py): each one's exit code, SQLSTATE
-  and the first sentence of its docstring.
+- `<!-- generated: errors -->` becomes the table of error classes (dpsql/errors.py): each one's label (the word
+  the command line's message starts with), exit code, SQLSTATE and the first paragraph of its docstring.
 - `<!-- checked: policy keys -->` before a table of the policy's keys: every key the policy loader accepts
   (dpsql/policy.py, asked by loading policies with an unknown key in each section: its message lists the keys
   allowed there) must be a row of the table, and every row a key it accepts; a difference is a warning, which
@@ -82,13 +82,14 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
 
 def _errors_table() -> str:
     """Every exception class of dpsql/errors.py, parents before children, with what the front ends read from it."""
-    rows = ["| class | is a | exit code | SQLSTATE | when |", "|---|---|---|---|---|"]
+    rows = ["| class | is a | message starts | exit code | SQLSTATE | when |", "|---|---|---|---|---|---|"]
     classes = [c for _, c in inspect.getmembers(errors, inspect.isclass)
                if c.__module__ == errors.__name__ and issubclass(c, errors.Error)]
     for cls in sorted(classes, key=lambda c: (len(c.__mro__), c.__name__)):
         parent = cls.__mro__[1].__name__ if cls is not errors.Error else "Exception"
         first = " ".join((inspect.getdoc(cls) or "").split("\n\n")[0].split())
-        rows.append(f"| `{cls.__name__}` | `{parent}` | {cls.exit_code} | `{cls.sqlstate}` | {first} |")
+        label = f"`dpsql: {cls.label}:`"
+        rows.append(f"| `{cls.__name__}` | `{parent}` | {label} | {cls.exit_code} | `{cls.sqlstate}` | {first} |")
     return "\n".join(rows)
 
 
