@@ -119,6 +119,20 @@ def test_the_readme_starts_with_the_private_query_on_a_fresh_machine() -> None:
     assert first.language == "sh" and first.text.startswith(SETUP) and "dpsql query" in first.text
 
 
+def test_the_readme_links_resolve() -> None:
+    """The site's build checks the links between its pages; the README is not one of them, so its links into docs/
+    (anchors included: a heading of that name) are checked here."""
+    from markdown.extensions.toc import slugify
+
+    for target, anchor in re.findall(r"\]\(((?!https?:)[^)#]+)(?:#([^)]+))?\)", (ROOT / "README.md").read_text()):
+        path = ROOT / target
+        assert path.is_file(), f"README links to {target}, which does not exist"
+        if anchor:
+            headings = [slugify(line.lstrip("#").strip(), "-") for line in path.read_text().splitlines()
+                        if line.startswith("#")]
+            assert anchor in headings, f"README links to {target}#{anchor}: no such heading"
+
+
 # --- slow: the build, and every page's blocks run --------------------------------------------------------------
 
 @pytest.mark.slow  # about 3 s
