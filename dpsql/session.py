@@ -235,7 +235,10 @@ class PrivateSession:
         template = self._templates.get((sql, shape, self._budget(epsilon, quantile_intervals)))
         if template is None:
             return None
-        return template.prepared_for(parameters, self._relation)  # type: ignore[arg-type]
+        # The relation's key is read only to store and derive measurements: without a store it is not made (it is
+        # rendered SQL, half the work left here), as with a query whose measurements cannot be stored.
+        relation = self._relation if self.measurements is not None else _grouping_only
+        return template.prepared_for(parameters, relation)  # type: ignore[arg-type]
 
     def _learn(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None, budget: Budget,
                parsed: ParsedQuery, prepared: PreparedQuery) -> None:
@@ -671,6 +674,11 @@ def measurement_store(policy: Policy, engine: Engine) -> MeasurementStore | None
     if policy.measurements is None:
         return None
     return MeasurementStore(policy.measurements if engine.ranking_persistent else None, engine.data_version)
+
+
+def _grouping_only(query_plan: QueryPlan) -> tuple[Grouping | None, None]:
+    """The query's groups, without its relation's key (session._planned_once without a measurement store)."""
+    return grouping_of(query_plan.query), None
 
 
 def _requirements(query_plan: QueryPlan, asked: Mapping[int, float]) -> list[Requirement]:
