@@ -161,3 +161,19 @@ def test_templates_are_per_session(sessions: tuple[PrivateSession, PrivateSessio
                                            engine=planned_once.engine, epsilon=EPSILON)) as other:
         assert other._planned_once(REUSED[0], (32, 1000.75)) is None
     assert planned_once._planned_once(REUSED[0], (32, 1000.75)) is not None
+
+
+def test_planned_once_with_released_measurements(tmp_path: Path) -> None:
+    """With a measurement store (answers derived from released measurements, planning/reuse.py), the relation's key
+    is made for each value: derived answers and their charges are the full path's."""
+    once, full = tmp_path / "once", tmp_path / "full"
+    once.mkdir()
+    full.mkdir()
+    with contextlib.closing(PrivateSession(_policy(once), "tester", rng=seeded(3), bounding_seed=1, epsilon=EPSILON,
+                                           reuse=True)) as planned_once, \
+            contextlib.closing(PrivateSession(_policy(full), "tester", rng=seeded(3), bounding_seed=1,
+                                              epsilon=EPSILON, reuse=True, plan_once=False)) as full_path:
+        assert planned_once.measurements is not None
+        _same(planned_once, full_path, REUSED[0], (30, 41, 30, 1000.5, 1234.75, 1000.5))
+        assert any(t is not None for t in planned_once._templates.values())
+        assert any(c.note for c in planned_once.history("tester")), "no answer was derived"
