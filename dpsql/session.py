@@ -42,7 +42,7 @@ from dpsql.release.postprocess import PostProcessor
 from dpsql.rewrite.identity import relation_identity
 from dpsql.rewrite.passes import BoundedQuery, rewrite
 from dpsql.sql.names import RELEASED
-from dpsql.sql.parameter_marks import MARK, MarkedDuckDB, bound_literals, filled, substituted
+from dpsql.sql.parameter_marks import MARK, MarkedDuckDB, bound_literals, filled, identical, substituted
 from dpsql.sql.parse import DIALECT, PARAMETER_LABEL, ParsedQuery, parse
 from dpsql.store.answers import AnswerStore, StoredAnswer, answer_key
 from dpsql.store.ledger import BudgetLedger, Charge, Spending, exact
@@ -171,7 +171,8 @@ class PrivateSession:
         # for new values is filled in from, or None where the full path runs each time; this analyst's only.
         self.plan_once = plan_once
         self._templates: dict[tuple, _Template | None] = {}
-        self._private_shapes: set[tuple] = set()
+        self._first: dict[tuple, tuple[ParsedQuery, PreparedQuery, Any]] = {}  # the first values, to check with
+        self._private_shapes: dict[tuple, None] = {}  # the (SQL, classes) with a template: not public, no probe
 
     def prepare(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None, *,
                 epsilon: float | None = None, accuracy: float | None = None,
@@ -243,37 +244,55 @@ class PrivateSession:
     def _learn(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None, budget: Budget,
                parsed: ParsedQuery, prepared: PreparedQuery) -> None:
         """Make the statement's template for values of these parameters' classes, if it may have one
-        (analysis/plan_once.py: numbers, compared with private columns in the WHERE) and if it passes the check: it
-        gives back exactly what the full path made for these values, and exactly what the full path makes for
-        other values of the same classes (the shadow values). Otherwise the statement keeps the full path."""
+        (analysis/plan_once.py: numbers, compared with private columns in the WHERE) and if it passes the check.
+
+        The template is made from the first values' plan and checked on the next values of the same classes, once
+        the full path has planned them too (to answer them): filled in with either, it must give exactly the full
+        path's plan. Every parameter must differ between the two, so that each one's substitution is checked; when
+        one is the same, a second value is made up for the check (analysis/plan_once.shadow_parameters) and planned
+        on the full path besides. A statement that fails keeps the full path for these classes."""
         shape = parameters_class(parameters) if self.plan_once else None
         key = (sql, shape, budget)
         if shape is None or parameters is None or key in self._templates:
             return
-        if len(self._templates) >= _PREPARED_CACHE:
-            self._templates.pop(next(iter(self._templates)))
-        self._templates[key] = None  # the full path, unless proven below
-        shadow = shadow_parameters(parameters)
-        if MARK in sql or shadow is None or not self._plain(parsed) or not opaque_positions(parsed.tree, self.policy):
+        first = self._first.pop(key, None)
+        if first is None:
+            if MARK not in sql and self._plain(parsed) and opaque_positions(parsed.tree, self.policy):
+                _bounded_put(self._first, key, (parsed, prepared, parameters))
+            else:
+                _bounded_put(self._templates, key, None)
             return
-        listed = self.engine.lists_earlier_rows
-        marked = rewrite(prepared.plan, dialect=MarkedDuckDB, listed=listed)  # type: ignore[arg-type]
+        first_parsed, first_prepared, first_parameters = first
+        template = self._template(first_parsed, first_prepared)
+        try:
+            second = (parameters, prepared, parsed) if _all_differ(template.labels, first_parameters, parameters) \
+                else self._shadow(sql, first_parameters, budget)
+            proven = second is not None and self._plain(second[2]) and all(
+                identical(template.prepared_for(values, self._relation), expected)
+                for values, expected in ((first_parameters, first_prepared), second[:2]))
+        except Error:  # the shadow value refused: its plan depends on its value
+            proven = False
+        _bounded_put(self._templates, key, template if proven else None)
+        if proven:
+            _bounded_put(self._private_shapes, (sql, shape), None)
+
+    def _template(self, parsed: ParsedQuery, prepared: PreparedQuery) -> _Template:
+        """The template of a statement's plan: the plan, its bounded SQL and canonical text with the parameters
+        marked."""
+        marked = rewrite(prepared.plan, dialect=MarkedDuckDB, listed=self.engine.lists_earlier_rows)  # type: ignore
         labels = tuple(dict.fromkeys(node.meta[PARAMETER_LABEL] for node in parsed.tree.walk()
                                      if PARAMETER_LABEL in node.meta))
-        template = _Template(prepared, marked.sql, marked.buckets,
-                             parsed.tree.sql(MarkedDuckDB, comments=False), labels)  # type: ignore[arg-type]
-        try:
-            if template.prepared_for(parameters, self._relation) != prepared:
-                return
-            shadow_parsed = self._parsed(sql, shadow, cache=False)
-            if not self._plain(shadow_parsed):
-                return
-            if template.prepared_for(shadow, self._relation) != self._planned(shadow_parsed, budget, None):
-                return
-        except Error:  # the shadow value refused: its plan depends on its value
-            return
-        self._templates[key] = template
-        self._private_shapes.add((sql, shape))
+        return _Template(prepared, marked.sql, marked.buckets, parsed.tree.sql(MarkedDuckDB, comments=False),
+                         labels)
+
+    def _shadow(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any], budget: Budget,
+                ) -> tuple[Sequence[Any] | Mapping[str, Any], PreparedQuery, ParsedQuery] | None:
+        """Other values of the same classes, their plan on the full path, and their parsed query."""
+        shadow = shadow_parameters(parameters)
+        if shadow is None:
+            return None
+        parsed = self._parsed(sql, shadow, cache=False)
+        return shadow, self._planned(parsed, budget, None), parsed
 
     def _plain(self, parsed: ParsedQuery) -> bool:
         """A query of private data answered by its plan: not public tables only, not a probe."""
@@ -674,6 +693,22 @@ def measurement_store(policy: Policy, engine: Engine) -> MeasurementStore | None
     if policy.measurements is None:
         return None
     return MeasurementStore(policy.measurements if engine.ranking_persistent else None, engine.data_version)
+
+
+def _bounded_put(cache: dict, key: Any, value: Any) -> None:
+    """Put `key` in a cache of the session's, dropping its oldest entry when full."""
+    if key not in cache and len(cache) >= _PREPARED_CACHE:
+        cache.pop(next(iter(cache)))
+    cache[key] = value
+
+
+def _all_differ(labels: Sequence[str], first: Sequence[Any] | Mapping[str, Any],
+                second: Sequence[Any] | Mapping[str, Any]) -> bool:
+    """Whether every parameter's literal differs between two sets of values (so a check with both sees each one
+    substituted)."""
+    one = bound_literals({label: value_of(label, first) for label in labels})
+    other = bound_literals({label: value_of(label, second) for label in labels})
+    return all(one[label].sql(DIALECT) != other[label].sql(DIALECT) for label in labels)
 
 
 def _grouping_only(query_plan: QueryPlan) -> tuple[Grouping | None, None]:

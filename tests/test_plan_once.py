@@ -142,6 +142,10 @@ def test_grouped_query_planned_once(sessions: tuple[PrivateSession, PrivateSessi
     _same(planned_once, full_path, sql, (30, 41, 52, 2**40, -7, 1000.5, 1234.75, None))
     reused = [t for t in planned_once._templates.values() if t is not None]
     assert len(reused) >= 2  # (int, 2 digits) and (float, 4.1 digits) at least
+    # Both values new each time, as the benchmark asks: the template is checked on the second pair, then filled in.
+    for parameters in [(30, 1000.5), (41, 1200.5), (52, 1300.5), (45, 1000.25), (33, 1100.75), (34, 1100.5)]:
+        assert _outcome(planned_once, sql, parameters) == _outcome(full_path, sql, parameters), parameters
+    assert planned_once._planned_once(sql, (35, 1100.5)) is not None
 
 
 def test_sum_times_parameter_never_planned_once(sessions: tuple[PrivateSession, PrivateSession]) -> None:
@@ -156,11 +160,11 @@ def test_templates_are_per_session(sessions: tuple[PrivateSession, PrivateSessio
     """Another analyst's session finds no template of this one's statements: nothing is shared between analysts."""
     planned_once, _ = sessions
     planned_once.execute(REUSED[0], (30, 1000.5))
-    planned_once.execute(REUSED[0], (31, 1000.25))
+    planned_once.execute(REUSED[0], (31, 1000.7))  # the same classes: the template is made, and checked
     with contextlib.closing(PrivateSession(planned_once.policy, "other", rng=seeded(1), bounding_seed=1,
                                            engine=planned_once.engine, epsilon=EPSILON)) as other:
-        assert other._planned_once(REUSED[0], (32, 1000.75)) is None
-    assert planned_once._planned_once(REUSED[0], (32, 1000.75)) is not None
+        assert other._planned_once(REUSED[0], (32, 1000.9)) is None
+    assert planned_once._planned_once(REUSED[0], (32, 1000.9)) is not None
 
 
 def test_planned_once_with_released_measurements(tmp_path: Path) -> None:

@@ -93,3 +93,18 @@ def _substituted(value: Any, nodes: Mapping[str, exp.Expression], memo: dict[int
         entries = {key: substituted(item, nodes, memo) for key, item in value.items()}
         return value if all(entries[key] is item for key, item in value.items()) else type(value)(entries)
     return value
+
+
+def identical(one: Any, other: Any) -> bool:
+    """Whether two values (trees, or dataclasses, tuples, lists and dicts holding them) are the same in every field,
+    those left out of a dataclass's own comparison included (compare=False). Trees compare by their structure."""
+    if dataclasses.is_dataclass(one) and not isinstance(one, type):
+        return type(one) is type(other) and all(identical(getattr(one, f.name), getattr(other, f.name))
+                                                for f in dataclasses.fields(one))
+    if isinstance(one, tuple | list):
+        return type(one) is type(other) and len(one) == len(other) and all(
+            identical(a, b) for a, b in zip(one, other, strict=True))
+    if isinstance(one, dict):
+        return type(one) is type(other) and one.keys() == other.keys() and all(
+            identical(one[key], other[key]) for key in one)
+    return type(one) is type(other) and bool(one == other)
