@@ -42,7 +42,7 @@ from dpsql.release.postprocess import PostProcessor
 from dpsql.rewrite.identity import relation_identity
 from dpsql.rewrite.passes import BoundedQuery, rewrite
 from dpsql.sql.names import RELEASED
-from dpsql.sql.parameter_marks import MARK, MarkedDuckDB, bound_literals, filled, identical, substituted
+from dpsql.sql.parameter_marks import MARK, MarkedDuckDB, bound_literals, filled, identical, rendered, substituted
 from dpsql.sql.parse import DIALECT, PARAMETER_LABEL, ParsedQuery, parse
 from dpsql.store.answers import AnswerStore, StoredAnswer, answer_key
 from dpsql.store.ledger import BudgetLedger, Charge, Spending, exact
@@ -116,11 +116,12 @@ class _Template:
         """The plan for these values: each one bound as parse binds it, put where the first values stood. The
         relation's key is made again from the plan (its conditions are ordered by their text)."""
         nodes = bound_literals({label: value_of(label, parameters) for label in self.labels})
+        texts = rendered(nodes)
         query_plan = substituted(self.prepared.plan, nodes)
-        bounded = replace(self.prepared.bounded, sql=filled(self.sql, nodes),
-                          buckets=tuple((indices, filled(sql, nodes)) for indices, sql in self.buckets))
+        bounded = replace(self.prepared.bounded, sql=filled(self.sql, texts),
+                          buckets=tuple((indices, filled(sql, texts)) for indices, sql in self.buckets))
         grouping, key = relation(query_plan)
-        return replace(self.prepared, plan=query_plan, bounded=bounded, canonical=filled(self.canonical, nodes),
+        return replace(self.prepared, plan=query_plan, bounded=bounded, canonical=filled(self.canonical, texts),
                        grouping=grouping, relation=key)
 
 
@@ -706,9 +707,9 @@ def _all_differ(labels: Sequence[str], first: Sequence[Any] | Mapping[str, Any],
                 second: Sequence[Any] | Mapping[str, Any]) -> bool:
     """Whether every parameter's literal differs between two sets of values (so a check with both sees each one
     substituted)."""
-    one = bound_literals({label: value_of(label, first) for label in labels})
-    other = bound_literals({label: value_of(label, second) for label in labels})
-    return all(one[label].sql(DIALECT) != other[label].sql(DIALECT) for label in labels)
+    one = rendered(bound_literals({label: value_of(label, first) for label in labels}))
+    other = rendered(bound_literals({label: value_of(label, second) for label in labels}))
+    return all(one[label] != other[label] for label in labels)
 
 
 def _grouping_only(query_plan: QueryPlan) -> tuple[Grouping | None, None]:

@@ -46,12 +46,17 @@ def bound_literals(values: Mapping[str, Any]) -> dict[str, exp.Expression]:
     return nodes
 
 
-def filled(template: str, nodes: Mapping[str, exp.Expression]) -> str:
-    """`template` (rendered with MarkedDuckDB) with each marker replaced by its label's literal as DuckDB SQL."""
+def rendered(nodes: Mapping[str, exp.Expression]) -> dict[str, str]:
+    """Each label's literal as DuckDB SQL, for `filled`."""
+    return {label: node.sql(DIALECT) for label, node in nodes.items()}
+
+
+def filled(template: str, texts: Mapping[str, str]) -> str:
+    """`template` (rendered with MarkedDuckDB) with each marker replaced by its label's literal (`rendered`)."""
     parts = template.split(MARK)
     # Markers split the text into: text, label, text, label, ..., text.
     for i in range(1, len(parts), 2):
-        parts[i] = nodes[parts[i]].sql(DIALECT)
+        parts[i] = texts[parts[i]]
     return "".join(parts)
 
 
