@@ -237,10 +237,17 @@ class PrivateSession:
         template = self._templates.get((sql, shape, self._budget(epsilon, quantile_intervals)))
         if template is None:
             return None
-        # The relation's key is read only to store and derive measurements: without a store it is not made (it is
-        # rendered SQL, half the work left here), as with a query whose measurements cannot be stored.
-        relation = self._relation if self.measurements is not None else _grouping_only
-        return template.prepared_for(parameters, relation)  # type: ignore[arg-type]
+        return template.prepared_for(parameters, self._relation_made)  # type: ignore[arg-type]
+
+    def _relation_made(self, query_plan: QueryPlan) -> tuple[Grouping | None, str | None]:
+        """_relation() for a plan filled in. The relation's key is read only to store and derive measurements:
+        without a store it is not made (it is rendered SQL, half the work left per query), as for a query whose
+        measurements cannot be stored."""
+        return self._relation(query_plan) if self.measurements is not None else (grouping_of(query_plan.query), None)
+
+    def _as_planned_once(self, prepared: PreparedQuery) -> PreparedQuery:
+        """The full path's plan as plan once makes it (_relation_made): what a template's check compares with."""
+        return prepared if self.measurements is not None else replace(prepared, relation=None)
 
     def _learn(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None, budget: Budget,
                parsed: ParsedQuery, prepared: PreparedQuery) -> None:
@@ -269,7 +276,7 @@ class PrivateSession:
             second = (parameters, prepared, parsed) if _all_differ(template.labels, first_parameters, parameters) \
                 else self._shadow(sql, first_parameters, budget)
             proven = second is not None and self._plain(second[2]) and all(
-                identical(template.prepared_for(values, self._relation), expected)
+                identical(template.prepared_for(values, self._relation_made), self._as_planned_once(expected))
                 for values, expected in ((first_parameters, first_prepared), second[:2]))
         except Error:  # the shadow value refused: its plan depends on its value
             proven = False
@@ -710,11 +717,6 @@ def _all_differ(labels: Sequence[str], first: Sequence[Any] | Mapping[str, Any],
     one = rendered(bound_literals({label: value_of(label, first) for label in labels}))
     other = rendered(bound_literals({label: value_of(label, second) for label in labels}))
     return all(one[label] != other[label] for label in labels)
-
-
-def _grouping_only(query_plan: QueryPlan) -> tuple[Grouping | None, None]:
-    """The query's groups, without its relation's key (session._planned_once without a measurement store)."""
-    return grouping_of(query_plan.query), None
 
 
 def _requirements(query_plan: QueryPlan, asked: Mapping[int, float]) -> list[Requirement]:
