@@ -1,0 +1,364 @@
+"""Plan once, attacked (session.py, analysis/plan_once.py): values of one class that the stages might still tell
+apart, positions and settings the author's tests did not sweep, and the session's own state.
+
+Two kinds of test. Differential ones run a planning-once session and a full-path session side by side (same seeds,
+two ledgers over two copies of the data) and compare every answer, refusal and charge, as tests/test_plan_once.py
+does, over a table built for the attack: an integer column bounded [0, 120] (values of one class on both sides of a
+bound: 110, 119, 121, 127), a coded integer column with declared values [1, 2, 3], a float column, a 41-bit integer
+column, a boolean, a date, a timestamp and a per-unit column. Plan-equality ones ask one session for a statement's
+plan from its template and from the full path and compare the two whole (plan, bounded SQL, canonical text, the
+person-work terms' texts): cheap, so they sweep many values of each class.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import decimal
+import random
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.support import create_ledger, seeded
+from dpsql.analysis.plan_once import value_class
+from dpsql.errors import Error
+from dpsql.session import PrivateSession
+from dpsql.store.answers import AnswerStore
+from tests.sizes import cases
+
+D = decimal.Decimal
+EPSILON = 0.5
+
+_POLICY = """
+[budget]
+epsilon = 1000.0
+delta = 1e-3
+query_epsilon = 1.0
+query_delta = 1e-8
+
+[tables.t]
+source = "t.csv"
+privacy_unit = "pid"
+max_rows_per_unit = 4
+
+[tables.t.columns]
+pid = { type = "int" }
+code = { type = "int", values = [1, 2, 3] }
+x = { type = "float", lower = -10, upper = 10 }
+big = { type = "int", lower = -1099511627776, upper = 1099511627776 }
+d = { type = "date" }
+ts = { type = "timestamp" }
+b = { type = "bool" }
+n = { type = "int", lower = 0, upper = 120 }
+pu = { type = "int", lower = 0, upper = 6, per_unit = true }
+
+[tables.units]
+source = "units.csv"
+privacy_unit = "pid"
+max_rows_per_unit = 1
+
+[tables.units.columns]
+pid = { type = "int" }
+born = { type = "int", lower = 1900, upper = 2030 }
+"""
+
+
+def _write_table(folder: Path) -> Path:
+    """The attack's policy and data (fixed: random.Random(5)), with a fresh ledger, in `folder`."""
+    draw = random.Random(5)
+    with open(folder / "t.csv", "w", newline="") as out:
+        rows = csv.writer(out)
+        rows.writerow(["pid", "code", "x", "big", "d", "ts", "b", "n", "pu"])
+        for _ in range(600):
+            pid = draw.randint(1, 150)
+            rows.writerow([pid, draw.choice([1, 2, 3]), round(draw.uniform(-10, 10), 3),
+                           draw.randint(-2**40, 2**40), f"2020-0{draw.randint(1, 9)}-1{draw.randint(0, 9)}",
+                           f"2021-03-0{draw.randint(1, 9)} 1{draw.randint(0, 9)}:00:00",
+                           draw.choice(["true", "false"]), draw.randint(0, 130) if draw.random() > 0.1 else "",
+                           pid % 7])
+    with open(folder / "units.csv", "w", newline="") as out:
+        rows = csv.writer(out)
+        rows.writerow(["pid", "born"])
+        for pid in range(1, 151):
+            rows.writerow([pid, draw.randint(1920, 2020)])
+    (folder / "t.toml").write_text(_POLICY)
+    return create_ledger(folder / "t.toml")
+
+
+def _pair(tmp_path: Path, **options: Any) -> tuple[PrivateSession, PrivateSession]:
+    once, full = tmp_path / "once", tmp_path / "full"
+    once.mkdir()
+    full.mkdir()
+    return (PrivateSession(_write_table(once), "tester", rng=seeded(7), bounding_seed=1, epsilon=EPSILON, **options),
+            PrivateSession(_write_table(full), "tester", rng=seeded(7), bounding_seed=1, epsilon=EPSILON,
+                           plan_once=False, **options))
+
+
+@pytest.fixture
+def sessions(tmp_path: Path) -> Iterator[tuple[PrivateSession, PrivateSession]]:
+    planned_once, full_path = _pair(tmp_path)
+    with contextlib.closing(planned_once), contextlib.closing(full_path):
+        yield planned_once, full_path
+
+
+def _outcome(session: PrivateSession, sql: str, parameters: Any, **cost: Any) -> tuple[Any, ...]:
+    """What the analyst sees: the answer and its cost, or the refusal's kind and message."""
+    try:
+        result = session.execute(sql, parameters, **cost)
+    except Error as refused:
+        return "refused", type(refused).__name__, str(refused)
+    columns = [(c.name, c.type, c.noisy) for c in result.columns]
+    return ("answered", columns, result.rows, result.intervals, result.noise_std, result.cost, result.released_groups,
+            result.cached_at is not None)
+
+
+def _same(planned_once: PrivateSession, full_path: PrivateSession, sql: str, sequence: list[Any],
+          **cost: Any) -> None:
+    """Each value set in turn, answered alike; then the two ledgers alike (charges, deltas, notes)."""
+    for parameters in sequence:
+        seen = _outcome(planned_once, sql, parameters, **cost)
+        assert seen == _outcome(full_path, sql, parameters, **cost), (sql, parameters)
+    assert _charges(planned_once) == _charges(full_path)
+
+
+def _charges(session: PrivateSession) -> list[tuple[Any, ...]]:
+    return [(c.epsilon, c.delta, c.query, c.note) for c in session.history("tester")]
+
+
+def _reused(session: PrivateSession) -> int:
+    return sum(template is not None for template in session._templates.values())
+
+
+# -- values of one class on both sides of something the policy declares -----------------------------------------
+
+def test_one_class_across_a_column_bound(sessions: tuple[PrivateSession, PrivateSession]) -> None:
+    """n is declared in [0, 120]: 110, 119, 121 and 127 are one class (three digits, TINYINT), two inside the bound
+    and two beyond it. The plan learnt on either side serves the other exactly as the full path does."""
+    planned_once, full_path = sessions
+    for sql in ("SELECT COUNT(*), AVG(n) FROM t WHERE n > ?", "SELECT COUNT(*) FROM t WHERE n BETWEEN ? AND ?"):
+        count = sql.count("?")
+        _same(planned_once, full_path, sql, [(v,) * count for v in (121, 110, 127, 119, 121, 100)])
+    assert _reused(planned_once) >= 2
+
+
+def test_one_class_inside_and_outside_a_coded_domain(sessions: tuple[PrivateSession, PrivateSession]) -> None:
+    """code has the declared values 1, 2, 3 (its groups are public): 3 and 7 are one class, one a declared value
+    and one not; the released groups, their noise and the charges are the full path's."""
+    planned_once, full_path = sessions
+    _same(planned_once, full_path, "SELECT code, COUNT(*) FROM t WHERE code = ? GROUP BY code",
+          [(7,), (3,), (9,), (1,), (4,)])
+    _same(planned_once, full_path, "SELECT code, COUNT(*) FROM t WHERE code IN (?, ?) GROUP BY code",
+          [(5, 6), (1, 2), (2, 9), (3, 3)])
+    assert _reused(planned_once) >= 2
+
+
+# -- comparisons the checker might fold or turn into something else -----------------------------------------------
+
+@pytest.mark.parametrize("sql", [
+    "SELECT COUNT(*) FROM t WHERE n IN (?, ?)",
+    "SELECT COUNT(*) FROM t WHERE n = ? OR n = ?",
+    "SELECT COUNT(*) FROM t WHERE n = ? AND n = ?",
+    "SELECT COUNT(*) FROM t WHERE n = ? AND n <> ?",
+    "SELECT COUNT(*) FROM t WHERE n NOT IN (?, ?)",
+])
+def test_equal_values_then_different_ones(sessions: tuple[PrivateSession, PrivateSession], sql: str) -> None:
+    """Learnt on two equal values (whose shadows are equal too, so a stage that merged duplicates would pass the
+    template's check), then used for two different ones: nothing was merged, each answer is the full path's."""
+    planned_once, full_path = sessions
+    _same(planned_once, full_path, sql, [(11, 11), (12, 15), (30, 30), (31, 47), (64, 20)])
+    assert _reused(planned_once) == 1
+
+
+def test_reversed_and_empty_ranges(sessions: tuple[PrivateSession, PrivateSession]) -> None:
+    """BETWEEN with its bounds reversed (an empty range, never folded) and a contradiction, learnt either way."""
+    planned_once, full_path = sessions
+    _same(planned_once, full_path, "SELECT COUNT(*), SUM(pu) FROM t WHERE n BETWEEN ? AND ?",
+          [(60, 20), (20, 60), (50, 50), (90, 10)])
+    _same(planned_once, full_path, "SELECT COUNT(*) FROM t WHERE n > ? AND n < ?", [(80, 20), (20, 80), (70, 30)])
+
+
+# -- a value's type against its column's ----------------------------------------------------------------------------
+
+_TYPE_MIXES = (
+    ("SELECT COUNT(*) FROM t WHERE n > ?", [2.5, 2.0, 3.0, 1e2, 2e2, 9e9, 1.5, D("2.5"), D("2.50"), D("2.0"),
+                                            D("1E+1"), D("2E+1"), D("10"), D("20"), D("1.0"), D("1.00")]),
+    ("SELECT COUNT(*) FROM t WHERE x < ?", [2**62, 2**62 + 1, 2**53 + 1, 2**53, 1e16, 2e16, 1e15, 3e15, 0.1, 0.3,
+                                            0.30000000000000004, 0.10000000000000002, 5e-324, 1.5, -1.5]),
+    ("SELECT COUNT(*) FROM t WHERE x > ?", [D("1E+300"), D("1E+400"), D("-1E+400"), D("-2E+300"), D("1E-400"),
+                                            D("2E-300"), D("-0"), D("-0.0"), D("0.0"), -0.0, 0.0, 0]),
+    ("SELECT COUNT(*) FROM t WHERE b = ?", [1, 2, 3, 5, 0]),
+    ("SELECT COUNT(*) FROM t WHERE d > ?", [5, 6, 7.5]),
+    ("SELECT COUNT(*) FROM t WHERE ts < ?", [5, 6]),
+    ("SELECT COUNT(*) FROM t WHERE big > ?", [2**31 - 2, 2**31 - 1, 2**31 - 3, -2**63, -2**63 + 1, -2**63 + 2,
+                                              2**64 - 1, 2**64 - 2, 2**127 - 1, 2**127 - 2, -2**127, -2**127 + 1,
+                                              2**128 - 1, 2**128 - 2, 2**128]),
+)
+
+
+@pytest.mark.parametrize(("sql", "values"), _TYPE_MIXES, ids=[sql.split("WHERE ")[1] for sql, _ in _TYPE_MIXES])
+def test_values_whose_type_differs_from_the_column(sessions: tuple[PrivateSession, PrivateSession], sql: str,
+                                                   values: list[Any]) -> None:
+    """An integer column against decimals and floats of one shape (2.5 and 2.0; 1E+1 and 10), a float column
+    against integers beyond a double's precision and floats whose repr changes shape (1e16 against 1e15), decimals
+    whose exponent overflows a double (1E+300 and 1E+400 are one class), signed zeros, a boolean column against
+    integers, dates and timestamps against numbers (refused), the integer types' edges: each the full path's, the
+    second time round from the templates."""
+    planned_once, full_path = sessions
+    _same(planned_once, full_path, sql, [(v,) for v in values] * 2)
+
+
+def test_named_and_repeated_parameters(sessions: tuple[PrivateSession, PrivateSession]) -> None:
+    """A named parameter used twice (in two columns' comparisons), numbered ones repeated, a mapping with a key the
+    query does not use: filled in everywhere it stands."""
+    planned_once, full_path = sessions
+    _same(planned_once, full_path, "SELECT COUNT(*) FROM t WHERE :a < n AND x < :a",
+          [{"a": 5}, {"a": 7}, {"a": 9}, {"a": 1.5}, {"a": 2.5}])
+    _same(planned_once, full_path, "SELECT COUNT(*) FROM t WHERE $1 < n AND x < $1 AND n < $2",
+          [(1, 50), (2, 60), (3, 70)])
+    _same(planned_once, full_path, "SELECT COUNT(*) FROM t WHERE n > :low",
+          [{"low": 10, "unused": 5}, {"low": 20, "unused": 6}, {"low": 30, "unused": 7}])
+    assert _reused(planned_once) >= 3
+
+
+# -- positions: joins, per-unit columns, quantiles, grouping sets -----------------------------------------------------
+
+@pytest.mark.parametrize("sql", [
+    "SELECT COUNT(*), AVG(u.born) FROM t JOIN units u ON t.pid = u.pid WHERE t.pid > ? AND u.born < ?",
+    "SELECT COUNT(*) FROM t JOIN units u ON t.pid = u.pid WHERE u.pid IN (?, ?)",
+    "SELECT COUNT(*) FROM t, units u WHERE t.pid = u.pid AND t.n > ? AND u.born > ?",
+    "SELECT COUNT(*), SUM(n) FROM t WHERE pu > ? AND pid < ?",
+    "SELECT COUNT(DISTINCT pid), COUNT(DISTINCT code), MEDIAN(x), QUANTILE_CONT(n, 0.9) FROM t WHERE n > ? AND x < ?",
+    "SELECT code, COUNT(*) FROM t WHERE n > ? AND x < ? GROUP BY ROLLUP (code)",
+    "SELECT n, COUNT(*) FROM t WHERE n > ? AND x < ? GROUP BY n",
+    "SELECT MIN(x), MAX(x) FROM t WHERE n > ? AND x < ?",
+])
+def test_positions_beyond_the_authors(sessions: tuple[PrivateSession, PrivateSession], sql: str) -> None:
+    """A join key compared with a value (on either side of the join), a comma join, the unit and a per-unit
+    column (the filter keeps whole units: another person-work bound), quantiles, COUNT(DISTINCT), ROLLUP, private
+    group keys (partition selection, delta): answers, refusals and charges the full path's."""
+    planned_once, full_path = sessions
+    second = (1990, 1985, 1970, 2000) if "born" in sql else (41, 62, 47, 73) if "IN" in sql else (5.5, 6.5, 2.5, 8.5)
+    sequence = [pair[:sql.count("?")] for pair in zip((40, 60, 45, 70), second, strict=True)]
+    _same(planned_once, full_path, sql, sequence + sequence)
+    assert _reused(planned_once) >= 1
+
+
+# -- the budget and the session's settings -----------------------------------------------------------------------------
+
+def test_template_of_one_budget_never_serves_another(sessions: tuple[PrivateSession, PrivateSession]) -> None:
+    """Learnt at one epsilon, asked at another, with an accuracy instead, with quantile intervals off, and after
+    the session's default epsilon and intervals change: each answer and charge is the full path's at that budget."""
+    planned_once, full_path = sessions
+    sql = "SELECT code, COUNT(*), MEDIAN(x) FROM t WHERE n > ? GROUP BY code"
+    _same(planned_once, full_path, sql, [(20,), (30,)])
+    _same(planned_once, full_path, sql, [(40,), (20,)], epsilon=0.25)
+    _same(planned_once, full_path, sql, [(50,), (30,)], accuracy=40)
+    _same(planned_once, full_path, sql, [(60,), (40,)], quantile_intervals=False)
+    for session in sessions:
+        session.default_epsilon = 0.75
+        session.quantile_intervals = False
+    _same(planned_once, full_path, sql, [(70,), (20,), (80,)])
+    budgets = {key[2] for key, template in planned_once._templates.items() if template is not None}
+    assert len(budgets) >= 3
+
+
+def test_answer_and_measurement_stores(tmp_path: Path) -> None:
+    """With an answer cache (a value asked again is answered free, from its canonical text) and a measurement
+    store (answers derived from released measurements): the same cached and derived answers as the full path."""
+    planned_once, full_path = _pair(tmp_path, reuse=True)
+    with contextlib.closing(planned_once), contextlib.closing(full_path):
+        planned_once.answers = AnswerStore(tmp_path / "once" / "answers.sqlite")
+        full_path.answers = AnswerStore(tmp_path / "full" / "answers.sqlite")
+        for sql in ("SELECT code, COUNT(*), AVG(x) FROM t WHERE n >= ? AND n <= ? GROUP BY code",
+                    "SELECT code, COUNT(*) FROM t WHERE x < ? OR x > ? GROUP BY code"):
+            _same(planned_once, full_path, sql, [(10, 50), (20, 60), (10, 50), (60, 20), (20, 60), (11, 50)])
+        assert _reused(planned_once) >= 2
+        assert _outcome(planned_once, sql, (20, 60))[-1], "the value asked before was not answered from the cache"
+
+
+# -- the template against the full path's plan, many values of each class --------------------------------------------
+
+def _random_value(draw: random.Random, kind: type) -> Any:
+    if kind is int:
+        digits = draw.choice([1, 2, 3, 5, 10, 19, 20, 39])
+        value = draw.randint(10 ** (digits - 1), 10**digits - 1)
+        return -value if draw.random() < 0.3 else value
+    if kind is float:
+        return draw.choice([draw.uniform(-200, 200), float(draw.randint(-200, 200)) + draw.choice([0, 0.5, 0.25]),
+                            10.0 ** draw.randint(-320, 308) * draw.choice([1, 2.5, -9.5])])
+    if draw.random() < 0.5:
+        return D(draw.randint(-10**6, 10**6)).scaleb(draw.randint(-8, 8))
+    return D(f"{draw.randint(1, 999)}E{draw.randint(-400, 400)}")
+
+
+def _same_class(draw: random.Random, value: Any) -> Any:
+    """`value` with every digit but the first drawn afresh: most often a value of its class."""
+    text = repr(value) if type(value) is float else str(value)
+    changed = "".join(draw.choice("0123456789") if c.isdigit() and i > 1 else c for i, c in enumerate(text))
+    try:
+        return type(value)(changed)
+    except (ValueError, decimal.InvalidOperation):
+        return value
+
+
+def _full_plan(session: PrivateSession, sql: str, parameters: Any) -> Any:
+    try:
+        prepared = session._planned(session._parsed(sql, parameters, cache=False), session._budget(None), None)
+    except Error as refused:
+        return str(refused)
+    return _whole(prepared)
+
+
+def _whole(prepared: Any) -> Any:
+    """All a prepared query decides, its relation's key aside (made only with a measurement store), with the texts
+    compared exactly (sqlglot compares trees by a hash that ignores case) and the person-work terms as shown."""
+    return (replace(prepared, relation=None), prepared.bounded.sql, prepared.bounded.buckets, prepared.canonical,
+            [(str(term.what), term.rows, term.units) for term in prepared.plan.query.work.terms])
+
+
+@pytest.mark.slow
+def test_templates_give_the_full_paths_plan_for_random_values(tmp_path: Path) -> None:
+    """Random statements (one or two comparisons, BETWEEN or IN, AND or OR, every numeric and boolean column) and
+    random values of int, float and Decimal, then other values of the same classes: the plan from the template is
+    the full path's, whole, for each (refused alike where the full path refuses)."""
+    draw = random.Random(11)
+    planned_once, full_path = _pair(tmp_path)
+    full_path.close()
+    columns, comparisons = ("code", "x", "big", "n", "pu", "pid", "b"), ("=", "<>", "<", "<=", ">", ">=")
+    compared = 0
+    with contextlib.closing(planned_once):
+        for _ in range(cases(60)):
+            parts, count = [], 0
+            for _ in range(draw.randint(1, 2)):
+                column, shape = draw.choice(columns), draw.random()
+                if shape < 0.6:
+                    parts.append(f"{column} {draw.choice(comparisons)} ?")
+                    count += 1
+                elif shape < 0.8:
+                    parts.append(f"{column} BETWEEN ? AND ?")
+                    count += 2
+                else:
+                    items = draw.randint(1, 3)
+                    parts.append(f"{column} IN ({', '.join(['?'] * items)})")
+                    count += items
+            joined = f" {draw.choice(('AND', 'OR'))} ".join(parts)
+            sql = f"SELECT code, COUNT(*), AVG(x) FROM t WHERE {joined} GROUP BY code"
+            first = tuple(_random_value(draw, draw.choice([int, float, D])) for _ in range(count))
+            classes = [value_class(v) for v in first]
+            if None in classes:
+                continue
+            for parameters in [first] + [tuple(_same_class(draw, v) for v in first) for _ in range(6)]:
+                if [value_class(v) for v in parameters] != classes:
+                    continue
+                try:
+                    seen = _whole(planned_once.prepare(sql, parameters))
+                except Error as refused:
+                    seen = str(refused)
+                assert seen == _full_plan(planned_once, sql, parameters), (sql, parameters)
+                compared += 1
+        assert _reused(planned_once) >= 10 and compared >= 100
+
