@@ -171,7 +171,9 @@ class PrivateSession:
         # for new values is filled in from, or None where the full path runs each time; this analyst's only.
         self.plan_once = plan_once
         self._templates: dict[tuple, _Template | None] = {}
-        self._private_shapes: set[tuple] = set()
+        # How many templates each (statement, classes) has, at any budget: it reads private data. Kept only while
+        # one is, so bounded as the templates are (an analyst sending ever new classes grows nothing).
+        self._private_shapes: dict[tuple, int] = {}
 
     def prepare(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None, *,
                 epsilon: float | None = None, accuracy: float | None = None,
@@ -251,7 +253,11 @@ class PrivateSession:
         if shape is None or parameters is None or key in self._templates:
             return
         if len(self._templates) >= _PREPARED_CACHE:
-            self._templates.pop(next(iter(self._templates)))
+            oldest = next(iter(self._templates))
+            if self._templates.pop(oldest) is not None:
+                self._private_shapes[oldest[:2]] -= 1
+                if not self._private_shapes[oldest[:2]]:
+                    del self._private_shapes[oldest[:2]]
         self._templates[key] = None  # the full path, unless proven below
         shadow = shadow_parameters(parameters)
         if MARK in sql or shadow is None or not self._plain(parsed) or not opaque_positions(parsed.tree, self.policy):
@@ -273,7 +279,7 @@ class PrivateSession:
         except Error:  # the shadow value refused: its plan depends on its value
             return
         self._templates[key] = template
-        self._private_shapes.add((sql, shape))
+        self._private_shapes[sql, shape] = self._private_shapes.get((sql, shape), 0) + 1
 
     def _plain(self, parsed: ParsedQuery) -> bool:
         """A query of private data answered by its plan: not public tables only, not a probe."""

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+import dpsql.session
 from benchmarks.support import create_ledger, seeded
 from dpsql.analysis.plan_once import value_class
 from dpsql.errors import Error
@@ -362,3 +363,20 @@ def test_templates_give_the_full_paths_plan_for_random_values(tmp_path: Path) ->
                 compared += 1
         assert _reused(planned_once) >= 10 and compared >= 100
 
+
+# -- the session's own state ---------------------------------------------------------------------------------------
+
+def test_many_classes_keep_bounded_state(sessions: tuple[PrivateSession, PrivateSession],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """An analyst who sends one statement with ever new classes of values (here integers of 1, 2, ... 18 digits)
+    must not grow the session without bound: what plan once keeps is bounded as the prepared plans are, and a
+    statement whose template was dropped is learnt and reused again."""
+    planned_once, full_path = sessions
+    monkeypatch.setattr(dpsql.session, "_PREPARED_CACHE", 4)
+    sql = "SELECT COUNT(*) FROM t WHERE big > ?"
+    for digits in range(1, 19):
+        planned_once.prepare(sql, (10 ** (digits - 1) + 1,))
+        assert len(planned_once._templates) <= 4
+        assert len(planned_once._private_shapes) <= 4, "plan once's memory grows with every class of values"
+    _same(planned_once, full_path, sql, [(10**17 + 2,), (10**17 + 3,), (11,), (12,), (13,)])
+    assert planned_once._planned_once(sql, (14,)) is not None
