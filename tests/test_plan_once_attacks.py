@@ -15,20 +15,28 @@ from __future__ import annotations
 import contextlib
 import csv
 import decimal
+import functools
 import random
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 import dpsql.session
-from benchmarks.support import create_ledger, seeded
+from benchmarks import support
+from benchmarks.support import RunningServer, create_ledger, seeded
 from dpsql.analysis.plan_once import value_class
 from dpsql.errors import Error
-from dpsql.session import PrivateSession
+from dpsql.frontends.server.server import DpsqlServer, ServerConfig
+from dpsql.policy import load_policy
+from dpsql.session import PrivateSession, build_engine
 from dpsql.store.answers import AnswerStore
+from tests.server.conftest import charges as server_charges
+from tests.server.conftest import dsn as server_dsn
+from tests.server.conftest import sample_policy as server_policy
 from tests.sizes import cases
 
 D = decimal.Decimal
@@ -380,3 +388,59 @@ def test_many_classes_keep_bounded_state(sessions: tuple[PrivateSession, Private
         assert len(planned_once._private_shapes) <= 4, "plan once's memory grows with every class of values"
     _same(planned_once, full_path, sql, [(10**17 + 2,), (10**17 + 3,), (11,), (12,), (13,)])
     assert planned_once._planned_once(sql, (14,)) is not None
+
+
+# -- the server's extended protocol ------------------------------------------------------------------------------------
+
+def _served(policy: Path, plan_once: bool, monkeypatch: pytest.MonkeyPatch,
+            opened: list[PrivateSession]) -> RunningServer:
+    """The server over `policy`, its sessions seeded (and planning once or not, each put in `opened`), its
+    engine's ranking fixed."""
+    def session(*args: Any, **options: Any) -> PrivateSession:
+        opened.append(PrivateSession(*args, rng=seeded(7), plan_once=plan_once, **options))
+        return opened[-1]
+    monkeypatch.setattr(support, "DpsqlServer", functools.partial(DpsqlServer, session_factory=session))
+    engine = build_engine(load_policy(policy), bounding_seed=1)
+    return RunningServer(policy, ServerConfig(port=0), engine=engine).start()
+
+
+def _asked_over_the_wire(running: RunningServer, sql: str, sequence: list[tuple[Any, ...]]) -> list[Any]:
+    """What a psycopg client sees: each answer (its rows, and the notice of its cost), with the statement prepared
+    on the server from its third execution (Parse once, then Bind and Execute), its parameters sent in text and
+    in binary, and the session's epsilon and intervals SET between executions."""
+    seen: list[Any] = []
+    with psycopg.connect(server_dsn(running), autocommit=True, prepare_threshold=2) as conn:
+        conn.add_notice_handler(lambda diag: seen.append(diag.message_primary))
+        for i, parameters in enumerate(sequence):
+            if i == len(sequence) // 2:
+                conn.execute("SET dpsql.epsilon = 0.25")
+            if i == 3 * len(sequence) // 4:
+                conn.execute("SET dpsql.intervals = off")
+            binary = sql.replace("%s", "%b") if i % 3 == 2 else sql
+            try:
+                seen.append(conn.execute(binary, parameters).fetchall())
+            except psycopg.Error as refused:
+                seen.append(("refused", refused.sqlstate, str(refused)))
+    return seen
+
+
+def test_the_server_answers_as_the_full_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two servers over two copies of the sample, their sessions seeded alike, one planning once: a psycopg client
+    asking a statement with new values (ints that psycopg sends as int2, int4, int8 or numeric by their size,
+    floats, decimals; text and binary), prepared on the server, with SET between executions, sees the same rows,
+    refusals and notices from both, and both ledgers hold the same charges."""
+    sql = "SELECT department, COUNT(*), AVG(cost) FROM visits WHERE age > %s AND cost < %s GROUP BY department"
+    sequence = [(30, 1000.5), (31, 1000.25), (45, 1500.75), (2**40, 1000.5), (32, D("1000.50")), (33, D("1001.50")),
+                (300, 999.5), (301, 998.5), (-5, 1000.5), (34, 2**63), (35, 1000.5), (36, 1200.5)]
+    seen, history, opened = [], [], []
+    for plan_once in (True, False):
+        policy = server_policy(tmp_path / str(plan_once))
+        running = _served(policy, plan_once, monkeypatch, opened)
+        try:
+            seen.append(_asked_over_the_wire(running, sql, sequence))
+        finally:
+            running.stop()
+        history.append([(c.epsilon, c.delta, c.query, c.note) for c in server_charges(policy)])
+    assert seen[0] == seen[1]
+    assert history[0] == history[1] and len(history[0]) >= len(sequence) - 2
+    assert _reused(opened[0]) >= 2 and not _reused(opened[1])
