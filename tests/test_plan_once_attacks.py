@@ -256,6 +256,22 @@ def test_positions_beyond_the_authors(sessions: tuple[PrivateSession, PrivateSes
     assert _reused(planned_once) >= 1
 
 
+@pytest.mark.parametrize("sql", [
+    "SELECT COUNT(*), AVG(s) FROM (SELECT pid, SUM(n) AS s FROM t WHERE n > ? GROUP BY pid) AS per_person",
+    "WITH kept AS (SELECT * FROM t WHERE n > ?) SELECT COUNT(*) FROM kept",
+    "SELECT COUNT(*) FROM t WHERE pid IN (SELECT pid FROM units WHERE born > ?)",
+    "SELECT COUNT(*) FROM t WHERE n IS NOT DISTINCT FROM ?",
+    "SELECT COUNT(*) FROM t WHERE ? < n + 0",
+    "SELECT COUNT(*) FROM t WHERE ? BETWEEN n AND 200",
+    "SELECT code, COUNT(*) FROM t WHERE n > 3 GROUP BY code HAVING COUNT(*) > ?",
+])
+def test_positions_that_must_never_reuse(sessions: tuple[PrivateSession, PrivateSession], sql: str) -> None:
+    """A per-unit subquery, a CTE, a semi-join on the unit, IS NOT DISTINCT FROM, arithmetic on the column, the
+    value as BETWEEN's subject and HAVING: never planned once, each value the full path's."""
+    planned_once, full_path = sessions
+    _same(planned_once, full_path, sql, [(40,), (60,), (45,), (40,)])
+    assert not _reused(planned_once)
+
 # -- the budget and the session's settings -----------------------------------------------------------------------------
 
 def test_template_of_one_budget_never_serves_another(sessions: tuple[PrivateSession, PrivateSession]) -> None:
