@@ -233,6 +233,21 @@ def test_named_and_repeated_parameters(sessions: tuple[PrivateSession, PrivateSe
     assert _reused(planned_once) >= 3
 
 
+@pytest.mark.parametrize("value", [10**5000, -10**5000, {"big": 10**5000}], ids=["positive", "negative", "named"])
+def test_an_integer_too_long_to_write_out(sessions: tuple[PrivateSession, PrivateSession], value: Any) -> None:
+    """Python refuses str() of an integer of over 4300 digits (a ValueError): the value's class, the caches' keys
+    and the bound literal all write it out. Refused by both sessions with a message naming the problem (it was a
+    traceback from both), nothing charged."""
+    planned_once, full_path = sessions
+    sql = "SELECT COUNT(*) FROM t WHERE n > :big" if isinstance(value, dict) else "SELECT COUNT(*) FROM t WHERE n > ?"
+    parameters = value if isinstance(value, dict) else (value,)
+    for session in sessions:
+        seen = _outcome(session, sql, parameters)
+        assert seen[:2] == ("refused", "DataError") and "integer" in seen[2] and "digits" in seen[2], seen
+        assert not session.known_public_only(sql, parameters) and not session.reads_public_only(sql, parameters)
+    _same(planned_once, full_path, sql, [parameters, parameters])
+    assert not _charges(planned_once)
+
 # -- positions: joins, per-unit columns, quantiles, grouping sets -----------------------------------------------------
 
 @pytest.mark.parametrize("sql", [
