@@ -25,6 +25,7 @@ from typing import Any
 import psycopg
 import pytest
 
+import dpsql
 import dpsql.session
 from benchmarks import support
 from benchmarks.support import RunningServer, create_ledger, seeded
@@ -475,3 +476,25 @@ def test_the_server_answers_as_the_full_path(tmp_path: Path, monkeypatch: pytest
     assert seen[0] == seen[1]
     assert history[0] == history[1] and len(history[0]) >= len(sequence) - 2
     assert _reused(opened[0]) >= 2 and not _reused(opened[1])
+
+
+def test_executemany_as_the_full_path(tmp_path: Path) -> None:
+    """The DB-API's executemany over one statement and many values, with the policy's measurement store (the
+    DB-API's default): values asked again are derived from what was released. The same last rows, and the same
+    charges and notes in both ledgers."""
+    seen, history = [], []
+    for plan_once in (True, False):
+        folder = tmp_path / str(plan_once)
+        folder.mkdir()
+        with dpsql.connect(_write_table(folder), "tester", epsilon=EPSILON, rng=seeded(7),
+                           bounding_seed=1) as connection:
+            connection.session.plan_once = plan_once
+            cursor = connection.cursor()
+            cursor.executemany("SELECT code, COUNT(*), AVG(x) FROM t WHERE n > ? AND x < ? GROUP BY code",
+                               [(10, 5.5), (20, 6.5), (30, 7.5), (40, 8.5), (20, 6.5), (10, 5.5)])
+            seen.append((cursor.fetchall(), cursor.intervals))
+            history.append(_charges(connection.session))
+            if plan_once:
+                assert _reused(connection.session) == 1
+    assert seen[0] == seen[1] and history[0] == history[1] and len(history[0]) == 6
+    assert any(note for *_, note in history[0]), "no answer was derived from released measurements"
