@@ -45,7 +45,7 @@ EPSILON = 0.5
 
 _POLICY = """
 [budget]
-epsilon = 1000.0
+epsilon = TOTAL
 delta = 1e-3
 query_epsilon = 1.0
 query_delta = 1e-8
@@ -77,8 +77,9 @@ born = { type = "int", lower = 1900, upper = 2030 }
 """
 
 
-def _write_table(folder: Path) -> Path:
-    """The attack's policy and data (fixed: random.Random(5)), with a fresh ledger, in `folder`."""
+def _write_table(folder: Path, total: float = 1000.0) -> Path:
+    """The attack's policy (a whole budget of `total`) and data (fixed: random.Random(5)), with a fresh ledger, in
+    `folder`."""
     draw = random.Random(5)
     with open(folder / "t.csv", "w", newline="") as out:
         rows = csv.writer(out)
@@ -95,16 +96,17 @@ def _write_table(folder: Path) -> Path:
         rows.writerow(["pid", "born"])
         for pid in range(1, 151):
             rows.writerow([pid, draw.randint(1920, 2020)])
-    (folder / "t.toml").write_text(_POLICY)
+    (folder / "t.toml").write_text(_POLICY.replace("TOTAL", repr(total)))
     return create_ledger(folder / "t.toml")
 
 
-def _pair(tmp_path: Path, **options: Any) -> tuple[PrivateSession, PrivateSession]:
+def _pair(tmp_path: Path, total: float = 1000.0, **options: Any) -> tuple[PrivateSession, PrivateSession]:
     once, full = tmp_path / "once", tmp_path / "full"
     once.mkdir()
     full.mkdir()
-    return (PrivateSession(_write_table(once), "tester", rng=seeded(7), bounding_seed=1, epsilon=EPSILON, **options),
-            PrivateSession(_write_table(full), "tester", rng=seeded(7), bounding_seed=1, epsilon=EPSILON,
+    return (PrivateSession(_write_table(once, total), "tester", rng=seeded(7), bounding_seed=1, epsilon=EPSILON,
+                           **options),
+            PrivateSession(_write_table(full, total), "tester", rng=seeded(7), bounding_seed=1, epsilon=EPSILON,
                            plan_once=False, **options))
 
 
@@ -306,6 +308,17 @@ def test_template_of_one_budget_never_serves_another(sessions: tuple[PrivateSess
     budgets = {key[2] for key, template in planned_once._templates.items() if template is not None}
     assert len(budgets) >= 3
 
+
+def test_refused_alike_when_the_budget_runs_out(tmp_path: Path) -> None:
+    """A whole budget of 2 at 0.5 a query: the fifth and later values, from the template, are refused with the full
+    path's message, nothing charged; then too large an epsilon for the whole budget, refused before anything."""
+    planned_once, full_path = _pair(tmp_path, total=2.0)
+    with contextlib.closing(planned_once), contextlib.closing(full_path):
+        sql = "SELECT code, COUNT(*) FROM t WHERE n > ? GROUP BY code"
+        _same(planned_once, full_path, sql, [(10,), (20,), (30,), (40,), (50,), (60,)])
+        _same(planned_once, full_path, sql, [(70,)], epsilon=3.0)
+        assert _reused(planned_once) == 1 and len(_charges(planned_once)) == 4
+        assert _outcome(planned_once, sql, (80,))[:2] == ("refused", "BudgetExhausted")
 
 def test_answer_and_measurement_stores(tmp_path: Path) -> None:
     """With an answer cache (a value asked again is answered free, from its canonical text) and a measurement
