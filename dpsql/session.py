@@ -43,7 +43,7 @@ from dpsql.rewrite.identity import relation_identity
 from dpsql.rewrite.passes import BoundedQuery, rewrite
 from dpsql.sql.names import RELEASED
 from dpsql.sql.parameter_marks import MARK, MarkedDuckDB, bound_literals, filled, identical, rendered, substituted
-from dpsql.sql.parse import DIALECT, PARAMETER_LABEL, ParsedQuery, parse
+from dpsql.sql.parse import DIALECT, PARAMETER_LABEL, ParsedQuery, parameters_text, parse
 from dpsql.store.answers import AnswerStore, StoredAnswer, answer_key
 from dpsql.store.ledger import BudgetLedger, Charge, Spending, exact
 from dpsql.store.measurements import MeasurementStore, NewMeasurement, relation_key
@@ -189,7 +189,7 @@ class PrivateSession:
             raise ProgrammingError("ask with an epsilon or with an accuracy, not both")
         budget = self._budget(epsilon, quantile_intervals)
         asked_accuracy = accuracy_of(accuracy) if accuracy is not None else None
-        key = (sql, repr(parameters), budget, str(asked_accuracy) if asked_accuracy is not None else None)
+        key = (sql, parameters_text(parameters), budget, str(asked_accuracy) if asked_accuracy is not None else None)
         prepared = self._prepared.get(key)
         if prepared is None:
             prepared = self._planned_once(sql, parameters, epsilon, accuracy, quantile_intervals)
@@ -565,7 +565,10 @@ class PrivateSession:
         lookup, no parse (a server asks it on its event loop)."""
         if self._known_private(sql, parameters):
             return False
-        found = self._public.get((sql, repr(parameters)), _UNKNOWN)
+        try:
+            found = self._public.get((sql, parameters_text(parameters)), _UNKNOWN)
+        except DataError:  # refused when asked
+            return None
         return None if found is _UNKNOWN else found is not None
 
     def _known_private(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None) -> bool:
@@ -578,7 +581,7 @@ class PrivateSession:
     def _public_sql(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None) -> str | None:
         """The SQL to run if the query reads public tables only (None otherwise), decided once per text: asking
         again skips the parse, as prepare() does."""
-        key = (sql, repr(parameters))
+        key = (sql, parameters_text(parameters))
         if key not in self._public:
             if len(self._public) >= _PREPARED_CACHE:
                 self._public.pop(next(iter(self._public)))
@@ -589,7 +592,7 @@ class PrivateSession:
                 cache: bool = True) -> ParsedQuery:
         """The query parsed, its parameters bound, and tables named `public.t` or `<database>.public.t` read as the
         declared `t` (analysis/qualified_names.py). Cached per text, as the stages after it are."""
-        key = (sql, repr(parameters))
+        key = (sql, parameters_text(parameters))
         parsed = self._parses.get(key)
         if parsed is None:
             parsed = parse(sql, parameters)

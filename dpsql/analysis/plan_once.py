@@ -34,12 +34,15 @@ from dpsql.sql.parse import PARAMETER_LABEL
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 _LOGIC = (exp.And, exp.Or, exp.Not, exp.Paren)
 _MAX_DIGITS = 40  # beyond any integer type; longer texts take the full path, which says so
+_MAX_BITS = 133  # what 40 digits hold at most
 
 
 def value_class(value: Any) -> Hashable | None:
     """The class of one parameter value (see the module's docstring), or None: not one that may reuse a plan."""
     kind = type(value)  # exactly: a subclass (bool is an int's, an enum's) may render otherwise
     if kind is int:
+        if value.bit_length() > _MAX_BITS:  # str() refuses an integer of over 4300 digits
+            return None
         text = str(value)
         if len(text) > _MAX_DIGITS:
             return None
