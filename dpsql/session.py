@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import getpass
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
@@ -20,6 +20,7 @@ from sqlglot import exp
 
 from dpsql.analysis.check import check
 from dpsql.analysis.normalize import normalize
+from dpsql.analysis.plan_once import opaque_positions, parameters_class, shadow_parameters, value_of
 from dpsql.analysis.probes import is_probe
 from dpsql.analysis.public_query import public_sql, resolved_sql, vet_query
 from dpsql.analysis.qualified_names import unqualified
@@ -41,7 +42,8 @@ from dpsql.release.postprocess import PostProcessor
 from dpsql.rewrite.identity import relation_identity
 from dpsql.rewrite.passes import BoundedQuery, rewrite
 from dpsql.sql.names import RELEASED
-from dpsql.sql.parse import DIALECT, ParsedQuery, parse
+from dpsql.sql.parameter_marks import MARK, MarkedDuckDB, bound_literals, filled, identical, rendered, substituted
+from dpsql.sql.parse import DIALECT, PARAMETER_LABEL, ParsedQuery, parameters_text, parse
 from dpsql.store.answers import AnswerStore, StoredAnswer, answer_key
 from dpsql.store.ledger import BudgetLedger, Charge, Spending, exact
 from dpsql.store.measurements import MeasurementStore, NewMeasurement, relation_key
@@ -98,6 +100,31 @@ class PreparedQuery:
     asked: Mapping[int, float] = field(default_factory=dict)  # with an accuracy: each aggregate's target half-width
 
 
+@dataclass(frozen=True)
+class _Template:
+    """A statement planned once for values of given classes (session._learn): its plan for the first values, and its
+    bounded SQL and canonical text with each parameter's literal marked (sql/parameter_marks.py)."""
+
+    prepared: PreparedQuery
+    sql: str
+    buckets: tuple[tuple[tuple[int, ...], str], ...]
+    canonical: str
+    labels: tuple[str, ...]  # the parameters' labels (sql/parse.PARAMETER_LABEL)
+
+    def prepared_for(self, parameters: Sequence[Any] | Mapping[str, Any],
+                     relation: Callable[[QueryPlan], tuple[Grouping | None, str | None]]) -> PreparedQuery:
+        """The plan for these values: each one bound as parse binds it, put where the first values stood. The
+        relation's key is made again from the plan (its conditions are ordered by their text)."""
+        nodes = bound_literals({label: value_of(label, parameters) for label in self.labels})
+        texts = rendered(nodes)
+        query_plan = substituted(self.prepared.plan, nodes)
+        bounded = replace(self.prepared.bounded, sql=filled(self.sql, texts),
+                          buckets=tuple((indices, filled(sql, texts)) for indices, sql in self.buckets))
+        grouping, key = relation(query_plan)
+        return replace(self.prepared, plan=query_plan, bounded=bounded, canonical=filled(self.canonical, texts),
+                       grouping=grouping, relation=key)
+
+
 class PrivateSession:
     """One analyst's access to the tables of one policy. Not thread-safe: use one per thread."""
 
@@ -106,7 +133,8 @@ class PrivateSession:
                  bounding_seed: int | None = None, threads: int | None = None, create_ledger: bool = False,
                  engine: Engine | None = None, answers: AnswerStore | None = None,
                  quantile_intervals: bool = True, database: str | None = None, reuse: bool = False,
-                 measurements: MeasurementStore | None = None, share_measurements: bool | None = None) -> None:
+                 measurements: MeasurementStore | None = None, share_measurements: bool | None = None,
+                 plan_once: bool = True) -> None:
         self.policy = policy if isinstance(policy, Policy) else load_policy(policy)
         # The database the declared tables are in, as tools qualify them (`<database>.public.visits`): the name a
         # server's client connected with, else the policy file's stem.
@@ -140,6 +168,12 @@ class PrivateSession:
         self._prepared: dict[tuple, PreparedQuery] = {}
         self._public: dict[tuple, str | None] = {}
         self._parses: dict[tuple, ParsedQuery] = {}
+        # Plan once (analysis/plan_once.py): per statement and classes of parameter values, the template its plan
+        # for new values is filled in from, or None where the full path runs each time; this analyst's only.
+        self.plan_once = plan_once
+        self._templates: dict[tuple, _Template | None] = {}
+        self._first: dict[tuple, tuple[ParsedQuery, PreparedQuery, Any]] = {}  # the first values, to check with
+        self._private_shapes: dict[tuple, None] = {}  # the (SQL, classes) with a template: not public, no probe
 
     def prepare(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None, *,
                 epsilon: float | None = None, accuracy: float | None = None,
@@ -155,30 +189,122 @@ class PrivateSession:
             raise ProgrammingError("ask with an epsilon or with an accuracy, not both")
         budget = self._budget(epsilon, quantile_intervals)
         asked_accuracy = accuracy_of(accuracy) if accuracy is not None else None
-        key = (sql, repr(parameters), budget, str(asked_accuracy) if asked_accuracy is not None else None)
+        key = (sql, parameters_text(parameters), budget, str(asked_accuracy) if asked_accuracy is not None else None)
         prepared = self._prepared.get(key)
         if prepared is None:
+            prepared = self._planned_once(sql, parameters, epsilon, accuracy, quantile_intervals)
+        if prepared is None:
             parsed = self._parsed(sql, parameters)
-            canonical = parsed.tree.sql(DIALECT, comments=False)
-            facts = self.engine.public_facts()
-            checked = check(normalize(parsed, self.policy, facts), self.policy, VOCABULARY, facts)
-            asked = targets(checked, asked_accuracy) if asked_accuracy is not None else {}
-            if asked_accuracy is not None:
-                budget = budget_for_accuracy(checked, asked, budget, exact(self.policy.budget.epsilon), plan)
-            query_plan = plan(checked, budget)
-            bounded = rewrite(query_plan, listed=self.engine.lists_earlier_rows)
-            key_types = self.engine.dry_run(bounded.sql)[:bounded.key_count]
-            for _, sql in bounded.buckets:
-                self.engine.dry_run(sql)
-            grouping, relation = self._relation(query_plan)
-            if asked_accuracy is not None:
-                canonical += f" -- accuracy {asked_accuracy}"  # another answer than at the epsilon it may share
-            prepared = PreparedQuery(query_plan, bounded, key_types, self._rehearse(query_plan, key_types), canonical,
-                                     grouping, relation, asked)
+            prepared = self._planned(parsed, budget, asked_accuracy)
+            if asked_accuracy is None:
+                self._learn(sql, parameters, budget, parsed, prepared)
+        if key not in self._prepared:
             if len(self._prepared) >= _PREPARED_CACHE:
                 self._prepared.pop(next(iter(self._prepared)))
             self._prepared[key] = prepared
         return prepared
+
+    def _planned(self, parsed: ParsedQuery, budget: Budget, asked_accuracy: Fraction | None) -> PreparedQuery:
+        """The full path: check, plan, rewrite, dry run and rehearsal of the parsed query."""
+        canonical = parsed.tree.sql(DIALECT, comments=False)
+        facts = self.engine.public_facts()
+        checked = check(normalize(parsed, self.policy, facts), self.policy, VOCABULARY, facts)
+        asked = targets(checked, asked_accuracy) if asked_accuracy is not None else {}
+        if asked_accuracy is not None:
+            budget = budget_for_accuracy(checked, asked, budget, exact(self.policy.budget.epsilon), plan)
+        query_plan = plan(checked, budget)
+        bounded = rewrite(query_plan, listed=self.engine.lists_earlier_rows)
+        key_types = self.engine.dry_run(bounded.sql)[:bounded.key_count]
+        for _, sql in bounded.buckets:
+            self.engine.dry_run(sql)
+        grouping, relation = self._relation(query_plan)
+        if asked_accuracy is not None:
+            canonical += f" -- accuracy {asked_accuracy}"  # another answer than at the epsilon it may share
+        return PreparedQuery(query_plan, bounded, key_types, self._rehearse(query_plan, key_types), canonical,
+                             grouping, relation, asked)
+
+    def _planned_once(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None,
+                      epsilon: float | None = None, accuracy: float | None = None,
+                      quantile_intervals: bool | None = None) -> PreparedQuery | None:
+        """The statement's plan for these parameters from its template (planned once for values of their classes,
+        and checked: `_learn`), if it has one: no parse, check, plan, rewrite nor dry run. None otherwise (the full
+        path). Whether there is one depends on the SQL, the classes of the values and the budget only."""
+        if not self.plan_once or accuracy is not None:
+            return None
+        shape = parameters_class(parameters)
+        if shape is None or (sql, shape) not in self._private_shapes:
+            return None
+        template = self._templates.get((sql, shape, self._budget(epsilon, quantile_intervals)))
+        if template is None:
+            return None
+        return template.prepared_for(parameters, self._relation_made)  # type: ignore[arg-type]
+
+    def _relation_made(self, query_plan: QueryPlan) -> tuple[Grouping | None, str | None]:
+        """_relation() for a plan filled in. The relation's key is read only to store and derive measurements:
+        without a store it is not made (it is rendered SQL, half the work left per query), as for a query whose
+        measurements cannot be stored."""
+        return self._relation(query_plan) if self.measurements is not None else (grouping_of(query_plan.query), None)
+
+    def _as_planned_once(self, prepared: PreparedQuery) -> PreparedQuery:
+        """The full path's plan as plan once makes it (_relation_made): what a template's check compares with."""
+        return prepared if self.measurements is not None else replace(prepared, relation=None)
+
+    def _learn(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None, budget: Budget,
+               parsed: ParsedQuery, prepared: PreparedQuery) -> None:
+        """Make the statement's template for values of these parameters' classes, if it may have one
+        (analysis/plan_once.py: numbers, compared with private columns in the WHERE) and if it passes the check.
+
+        The template is made from the first values' plan and checked on the next values of the same classes, once
+        the full path has planned them too (to answer them): filled in with either, it must give exactly the full
+        path's plan. Every parameter must differ between the two, so that each one's substitution is checked; when
+        one is the same, a second value is made up for the check (analysis/plan_once.shadow_parameters) and planned
+        on the full path besides. A statement that fails keeps the full path for these classes."""
+        shape = parameters_class(parameters) if self.plan_once else None
+        key = (sql, shape, budget)
+        if shape is None or parameters is None or key in self._templates:
+            return
+        first = self._first.pop(key, None)
+        if first is None:
+            if MARK not in sql and self._plain(parsed) and opaque_positions(parsed.tree, self.policy):
+                _bounded_put(self._first, key, (parsed, prepared, parameters))
+            else:
+                _bounded_put(self._templates, key, None)
+            return
+        first_parsed, first_prepared, first_parameters = first
+        template = self._template(first_parsed, first_prepared)
+        try:
+            second = (parameters, prepared, parsed) if _all_differ(template.labels, first_parameters, parameters) \
+                else self._shadow(sql, first_parameters, budget)
+            proven = second is not None and self._plain(second[2]) and all(
+                identical(template.prepared_for(values, self._relation_made), self._as_planned_once(expected))
+                for values, expected in ((first_parameters, first_prepared), second[:2]))
+        except Error:  # the shadow value refused: its plan depends on its value
+            proven = False
+        _bounded_put(self._templates, key, template if proven else None)
+        if proven:
+            _bounded_put(self._private_shapes, (sql, shape), None)
+
+    def _template(self, parsed: ParsedQuery, prepared: PreparedQuery) -> _Template:
+        """The template of a statement's plan: the plan, its bounded SQL and canonical text with the parameters
+        marked."""
+        marked = rewrite(prepared.plan, dialect=MarkedDuckDB, listed=self.engine.lists_earlier_rows)  # type: ignore
+        labels = tuple(dict.fromkeys(node.meta[PARAMETER_LABEL] for node in parsed.tree.walk()
+                                     if PARAMETER_LABEL in node.meta))
+        return _Template(prepared, marked.sql, marked.buckets, parsed.tree.sql(MarkedDuckDB, comments=False),
+                         labels)
+
+    def _shadow(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any], budget: Budget,
+                ) -> tuple[Sequence[Any] | Mapping[str, Any], PreparedQuery, ParsedQuery] | None:
+        """Other values of the same classes, their plan on the full path, and their parsed query."""
+        shadow = shadow_parameters(parameters)
+        if shadow is None:
+            return None
+        parsed = self._parsed(sql, shadow, cache=False)
+        return shadow, self._planned(parsed, budget, None), parsed
+
+    def _plain(self, parsed: ParsedQuery) -> bool:
+        """A query of private data answered by its plan: not public tables only, not a probe."""
+        return public_sql(parsed.tree, self.policy) is None and not self._is_probe(parsed)
 
     def _relation(self, query_plan: QueryPlan) -> tuple[Grouping | None, str | None]:
         """The query's groups and its relation's key in the measurement store, when its measurements can be stored
@@ -236,19 +362,21 @@ class PrivateSession:
     def execute(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None, *,
                 epsilon: float | None = None, accuracy: float | None = None,
                 quantile_intervals: bool | None = None) -> PrivateResult:
-        public = self._public_sql(sql, parameters)
-        if public is not None:
-            return self._public_answer(public)
-        parsed = self._parsed(sql, parameters)
-        if self._is_probe(parsed):
-            names, types = self.engine.describe_declared(parsed.tree.sql(DIALECT))
-            return self._free_answer(names, types, [])
         cost = {"epsilon": epsilon, "accuracy": accuracy, "quantile_intervals": quantile_intervals}
-        try:
-            prepared = self.prepare(sql, parameters, **cost)
-        except QueryRejected as refused:
-            split, inner_columns, outer = self._released_split(parsed, refused, cost)
-            return self._released_answer(split, inner_columns, outer, cost)
+        prepared = self._planned_once(sql, parameters, **cost)
+        if prepared is None:
+            public = self._public_sql(sql, parameters)
+            if public is not None:
+                return self._public_answer(public)
+            parsed = self._parsed(sql, parameters)
+            if self._is_probe(parsed):
+                names, types = self.engine.describe_declared(parsed.tree.sql(DIALECT))
+                return self._free_answer(names, types, [])
+            try:
+                prepared = self.prepare(sql, parameters, **cost)
+            except QueryRejected as refused:
+                split, inner_columns, outer = self._released_split(parsed, refused, cost)
+                return self._released_answer(split, inner_columns, outer, cost)
         query_plan = prepared.plan
         key = None
         if self.answers is not None:
@@ -397,6 +525,10 @@ class PrivateSession:
                  epsilon: float | None = None, accuracy: float | None = None,
                  quantile_intervals: bool | None = None) -> list[OutputColumn]:
         """The columns a query would release, without the data and without a charge (a wire Describe)."""
+        cost = {"epsilon": epsilon, "accuracy": accuracy, "quantile_intervals": quantile_intervals}
+        once = self._planned_once(sql, parameters, **cost)
+        if once is not None:
+            return self._columns(once)
         public = self._public_sql(sql, parameters)
         if public is not None:
             names, types = self.engine.describe_public(public)
@@ -405,12 +537,15 @@ class PrivateSession:
         if self._is_probe(parsed):
             names, types = self.engine.describe_declared(parsed.tree.sql(DIALECT))
             return [OutputColumn(name, kind, False) for name, kind in zip(names, types, strict=True)]
-        cost = {"epsilon": epsilon, "accuracy": accuracy, "quantile_intervals": quantile_intervals}
         try:
             prepared = self.prepare(sql, parameters, **cost)
         except QueryRejected as refused:
             _, _, outer = self._released_split(parsed, refused, cost)
             return [OutputColumn(name, kind, False) for name, kind in outer.columns]
+        return self._columns(prepared)
+
+    @staticmethod
+    def _columns(prepared: PreparedQuery) -> list[OutputColumn]:
         query = prepared.plan.query
         return [OutputColumn(name, kind, noisy) for name, kind, noisy in
                 zip(query.output_names, prepared.output_types, query.output_noisy, strict=True)]
@@ -418,6 +553,8 @@ class PrivateSession:
     def reads_public_only(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None) -> bool:
         """Whether `sql` reads public tables only (so costs nothing); False for a query that does not parse, which
         execute() then refuses."""
+        if self._known_private(sql, parameters):
+            return False
         try:
             return self._public_sql(sql, parameters) is not None
         except Error:
@@ -426,28 +563,43 @@ class PrivateSession:
     def known_public_only(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None) -> bool | None:
         """reads_public_only() if this text and these parameters were asked or described before, else None: a
         lookup, no parse (a server asks it on its event loop)."""
-        found = self._public.get((sql, repr(parameters)), _UNKNOWN)
+        if self._known_private(sql, parameters):
+            return False
+        try:
+            found = self._public.get((sql, parameters_text(parameters)), _UNKNOWN)
+        except DataError:  # refused when asked
+            return None
         return None if found is _UNKNOWN else found is not None
+
+    def _known_private(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None) -> bool:
+        """Whether the statement has a template for values of these parameters' classes: it reads private data."""
+        if not self._private_shapes:
+            return False
+        shape = parameters_class(parameters)
+        return shape is not None and (sql, shape) in self._private_shapes
 
     def _public_sql(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None) -> str | None:
         """The SQL to run if the query reads public tables only (None otherwise), decided once per text: asking
         again skips the parse, as prepare() does."""
-        key = (sql, repr(parameters))
+        key = (sql, parameters_text(parameters))
         if key not in self._public:
             if len(self._public) >= _PREPARED_CACHE:
                 self._public.pop(next(iter(self._public)))
             self._public[key] = public_sql(self._parsed(sql, parameters).tree, self.policy)
         return self._public[key]
 
-    def _parsed(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None) -> ParsedQuery:
+    def _parsed(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None,
+                cache: bool = True) -> ParsedQuery:
         """The query parsed, its parameters bound, and tables named `public.t` or `<database>.public.t` read as the
         declared `t` (analysis/qualified_names.py). Cached per text, as the stages after it are."""
-        key = (sql, repr(parameters))
+        key = (sql, parameters_text(parameters))
         parsed = self._parses.get(key)
         if parsed is None:
             parsed = parse(sql, parameters)
             tree = unqualified(parsed.tree, self.database)
             parsed = parsed if tree is parsed.tree else replace(parsed, tree=tree)
+            if not cache:
+                return parsed
             if len(self._parses) >= _PREPARED_CACHE:
                 self._parses.pop(next(iter(self._parses)))
             self._parses[key] = parsed
@@ -552,6 +704,22 @@ def measurement_store(policy: Policy, engine: Engine) -> MeasurementStore | None
     if policy.measurements is None:
         return None
     return MeasurementStore(policy.measurements if engine.ranking_persistent else None, engine.data_version)
+
+
+def _bounded_put(cache: dict, key: Any, value: Any) -> None:
+    """Put `key` in a cache of the session's, dropping its oldest entry when full."""
+    if key not in cache and len(cache) >= _PREPARED_CACHE:
+        cache.pop(next(iter(cache)))
+    cache[key] = value
+
+
+def _all_differ(labels: Sequence[str], first: Sequence[Any] | Mapping[str, Any],
+                second: Sequence[Any] | Mapping[str, Any]) -> bool:
+    """Whether every parameter's literal differs between two sets of values (so a check with both sees each one
+    substituted)."""
+    one = rendered(bound_literals({label: value_of(label, first) for label in labels}))
+    other = rendered(bound_literals({label: value_of(label, second) for label in labels}))
+    return all(one[label] != other[label] for label in labels)
 
 
 def _requirements(query_plan: QueryPlan, asked: Mapping[int, float]) -> list[Requirement]:

@@ -67,11 +67,12 @@ def _opened(policy: Path, query: str) -> tuple[bool, str, list[tuple]]:
 _LATE_ROW = "SELECT count(*) FROM {t} WHERE pid = 99"
 
 
-# --- the README's sample, served from PostgreSQL ---------------------------------------------------------------
+# --- the documentation's sample, served from PostgreSQL ------------------------------------------------------
 
 def _readme_queries() -> list[str]:
-    """Every query the README shows: in quotes (commands, Python), in SQL blocks, and inline in backticks."""
-    text = (ROOT / "README.md").read_text()
+    """Every query the README and the documentation show: in quotes (commands, Python), in SQL blocks, and inline
+    in backticks."""
+    text = "\n".join(page.read_text() for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))])
     found = [m.group(1) or m.group(2) for m in re.finditer(r'"(SELECT\b[^"]+)"|\'(SELECT\b[^\']+)\'', text)]
     found += re.findall(r"```sql\n(.*?)```", text, re.DOTALL)
     found += re.findall(r"`(SELECT\b[^`]+)`", text)
@@ -90,10 +91,10 @@ def _outcome(policy: Path, query: str) -> tuple:
         session.close()
 
 
-@pytest.mark.slow  # about 40 s: each README query run twice, from the CSV files and from PostgreSQL
+@pytest.mark.slow  # about a minute: each documented query run twice, from the CSV files and from PostgreSQL
 def test_every_readme_query_answers_the_same_from_postgresql_as_from_the_csv_files(pg_password, tmp_path) -> None:
     """The Done-when of issue 33: the sample data loaded into PostgreSQL (cost as NUMERIC(10, 2), read as text and
-    cast as the CSV's is), the policy pointed at it, and every README query gives the same answer, noise, intervals
+    cast as the CSV's is), the policy pointed at it, and every documented query gives the same answer, noise, intervals
     (same seeds) or the same refusal, as from the CSV files."""
     csv_folder, pg_folder = tmp_path / "csv", tmp_path / "pg"
     csv_folder.mkdir()
@@ -110,7 +111,7 @@ def test_every_readme_query_answers_the_same_from_postgresql_as_from_the_csv_fil
         expected = _outcome(from_csv, query)
         assert _outcome(from_pg, query) == expected, query
         answered += expected[0] == "answer"
-    assert answered >= 10, f"only {answered} of {len(queries)} README queries were answered"
+    assert answered >= 10, f"only {answered} of {len(queries)} documented queries were answered"
 
 
 # --- types from the source ----------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 noisy count the aggregate divides by. AVG, VAR_POP and STDDEV_POP are NULL where that count rounds to 0 (where
 COUNT(x) of the same query is 0), VAR_SAMP and STDDEV_SAMP where it rounds below 2; a NULL cell has no interval.
 COUNT and SUM stay noisy numbers (a noisy 0), and arithmetic on the cells is DuckDB's but for a division by a
-noisy 0, which is NULL (README, "Empty groups").
+noisy 0, which is NULL (docs/explanation/aggregates.md, "Empty groups").
 
 The groups: 'a' with three values of x, 'b' with one, 'c' with rows whose x is NULL, 'e' declared and without a
 row. At negligible noise (epsilon 1e12) each cell must be what DuckDB answers for the same SQL over that group's

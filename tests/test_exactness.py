@@ -5,7 +5,7 @@ benchmarks/exactness.py holds the data, the generator (joins to a public and to 
 subqueries, CTEs, per-unit aggregation, COUNT(DISTINCT), quantiles, MIN and MAX, arithmetic on the cells; and issue
 36's forms: RIGHT, comma and ON-filtered joins, public and private CTEs joined, semi- and anti-joins, SUM/AVG
 (DISTINCT), FILTER on DISTINCT, date parts, ROLLUP, CUBE and GROUPING SETS) and the
-comparison, with the documented differences it checks as what the README says instead; `python -m
+comparison, with the documented differences it checks as what the documentation says instead; `python -m
 benchmarks.exactness` runs more queries.
 """
 
@@ -37,7 +37,7 @@ def test_the_generated_queries_cover_every_shape_and_kind(summary: Summary) -> N
     assert {"COUNT(DISTINCT", "MEDIAN", "QUANTILE_CONT", "QUANTILE_DISC", "PERCENTILE_CONT", "MIN", "MAX", "SUM",
             "AVG", "CAST", "//", "* 1.5", "SUM(DISTINCT", "AVG(DISTINCT", "FILTER", "YEAR(", "MONTH(",
             "DAYOFWEEK(", "GROUPING SETS"} <= set(summary.calls), summary.calls
-    # Each documented difference is met, and checked as the README states it rather than skipped.
+    # Each documented difference is met, and checked as the documentation states it rather than skipped.
     assert {"quantiles within the grid's resolution", "MIN/MAX between the bound and the extreme",
             "cells of empty declared groups"} <= set(summary.documented), summary.documented
 

@@ -145,7 +145,7 @@ def test_95_percent_intervals_cover_95_percent(pums_session, sql: str, column: i
     (coverage above 95%). AVG, VAR and STDDEV use fiducial intervals, which hold their coverage even where the
     noise is large against the count (the delta method they replaced fell to 85% and rose to 97% there).
 
-    A cell whose noisy count rounds to 0 is NULL, without an interval (README, "Empty groups"): coverage is that of
+    A cell whose noisy count rounds to 0 is NULL, without an interval (docs, "Empty groups"): coverage is that of
     the released cells. Where some cells are NULL, those left are the ones with the larger noisy counts, and their
     intervals cover more: VAR_POP at epsilon 0.01 is NULL in 24% of the releases and covers 97.4% of the others, so
     there only the lower end of the band is asserted."""

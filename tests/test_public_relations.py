@@ -50,7 +50,7 @@ def test_a_public_cte_joined_is_the_join_with_its_filter_and_its_k_is_read_from_
     assert cte.plan.max_rows == 5 * k and table.plan.max_rows == 5 * everyone
     assert k < everyone or where != "name LIKE '%0'"  # one staff member per department ends with 0: k = 1
     # the person's work counts its k: each of a person's 5 rows meets at most k of its rows
-    joined = [t for t in cte.plan.query.work.terms if t.what.startswith("JOIN the public relation")]
+    joined = [t for t in cte.plan.query.work.terms if str(t.what).startswith("JOIN the public relation")]
     assert [(t.rows, t.units) for t in joined] == [(5, person_work.ROW), (5 * k, person_work.JOIN)]
 
 

@@ -161,7 +161,7 @@ def test_a_case_key_with_literal_results_finds_its_own_groups(session, case, if_
 
 
 def test_cast_to_timestamp_is_accepted(session) -> None:
-    """sqlglot reads TIMESTAMP as TIMESTAMPNTZ: a vetted cast target, as the README says."""
+    """sqlglot reads TIMESTAMP as TIMESTAMPNTZ: a vetted cast target, as docs/reference/sql.md says."""
     sql = ("SELECT COUNT(*) FROM t WHERE CAST(CAST(y + 2000 AS TEXT) || '-01-01' AS TIMESTAMP) "
            "> TIMESTAMP '2001-06-01'")
     rows, stds = _answer(session, sql)

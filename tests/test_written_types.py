@@ -47,7 +47,7 @@ EXACT = [  # one row each; every cell exact at negligible noise
     "GROUP BY pid) AS u",
     "SELECT SUM(v.age) // 3, SUM(p.birth_year) FROM visits v JOIN patients p ON v.pid = p.pid",
 ]
-TYPED = [  # a grid's value, not DuckDB's (README: quantiles, MIN and MAX): the types are DuckDB's all the same
+TYPED = [  # a grid's value, not DuckDB's (docs: quantiles, MIN and MAX): the types are DuckDB's all the same
     "SELECT MIN(age), MAX(stay), QUANTILE_DISC(age, 0.5), MEDIAN(age), QUANTILE_CONT(cost, 0.5), MAX(cost) "
     "FROM visits",
     "SELECT MIN(smoker), MAX(smoker), MAX(total) FROM (SELECT pid, SUM(stay) AS total, MAX(smoker) AS smoker "

@@ -127,6 +127,18 @@ def readable(node: exp.Expression) -> str:
     return node.copy().transform(plain, copy=False).sql(DIALECT)
 
 
+@dataclass(frozen=True)
+class ReadableText:
+    """`prefix` then readable(node), rendered when shown. Kept as its tree, the text of a plan made for one value of a
+    parameter is made for another by substituting it (session.py, plan once)."""
+
+    prefix: str
+    node: exp.Expression
+
+    def __str__(self) -> str:
+        return self.prefix + readable(self.node)
+
+
 _SELECT_CLAUSES = {"expressions", "from_", "where", "group", "having", "order", "limit", "offset"}
 
 
@@ -210,7 +222,7 @@ def _person_work(table: TablePolicy, relation: Relation | None, where: exp.Where
     # One bucket query per quantile argument reads the bounded rows again (rewrite/quantile_buckets.py).
     passes = 1 + len({a.argument for a in aggregates if a.fraction is not None})
     inherited = relation.work if relation is not None else ()
-    filter_text = f"WHERE {readable(where.this)}" if where is not None else ""
+    filter_text = ReadableText("WHERE ", where.this) if where is not None else ""
     if where is None or relation is not None or whole_units or table.row_privacy:
         # Every filter evaluation is on a row within the cap: m rows of one person (the joined rows of a relation).
         terms = [*inherited, *person_work.stage_terms(m, where_cost, filter_text, expressions)]

@@ -56,7 +56,7 @@ MAX_EXAMINED = 1_000_000  # the filtered cap's look-ahead never exceeds this man
 class WorkTerm:
     """One part of a person's work: `what` runs on at most `rows` rows of one person, at most `units` each."""
 
-    what: str
+    what: object  # a text, or what renders as one when shown (check.ReadableText: a filter kept as its tree)
     rows: int
     units: int
 
@@ -106,7 +106,7 @@ def grouping_terms(groupings: int, aggregates: int) -> list[tuple[str, int]]:
     return [(f"aggregating each row into {groupings} groupings", (groupings - 1) * ROW * (2 + aggregates))]
 
 
-def stage_terms(rows: int, filter_cost: int | None, filter_text: str,
+def stage_terms(rows: int, filter_cost: int | None, filter_text: object,
                 expressions: Sequence[tuple[str, int]]) -> list[WorkTerm]:
     """Rows through a filter (once on each), then through keys and aggregate arguments (`expressions`: their text
     and cost per row) and the stages that project and aggregate them."""
@@ -138,7 +138,7 @@ def filter_runs(examined: int, m: int) -> int:
     return runs
 
 
-def with_lookahead(terms: Sequence[WorkTerm], passes: int, limits: WorkLimits, filter_text: str, filter_cost: int,
+def with_lookahead(terms: Sequence[WorkTerm], passes: int, limits: WorkLimits, filter_text: object, filter_cost: int,
                    m: int, groups: int = 0) -> PersonWork:
     """A single table's filtered cap: the rows it reads of one person (its look-ahead) are as many as the bound
     leaves room for, at least m (then it is the cap before the filter, each row filtered once)."""

@@ -256,6 +256,7 @@ def literal(value: Any) -> exp.Expression:
     if isinstance(value, bool):
         return exp.Boolean(this=value)
     if isinstance(value, int):
+        _writable(value)
         return exp.Literal.number(value) if value >= 0 else exp.Neg(this=exp.Literal.number(-value))
     if isinstance(value, float | decimal.Decimal):
         text = repr(value) if isinstance(value, float) else str(value)
@@ -279,6 +280,28 @@ def literal(value: Any) -> exp.Expression:
         raise DataError("bytes have no column to be compared with: there are no binary columns; pass text (str)")
     raise DataError(f"cannot bind a parameter of type {_type_name(value)}: pass a number, text, a boolean, a date, "
                     "a datetime or None")
+
+
+# Python refuses str() of an integer of over 4300 digits (a ValueError; a host may lower the limit to 640): one of
+# more bits than this is beyond any integer type by far, and is refused before anything writes it out.
+_WRITABLE_BITS = 2000
+
+
+def _writable(value: int) -> None:
+    if value.bit_length() > _WRITABLE_BITS:
+        raise DataError(f"an integer of more than {_WRITABLE_BITS} bits (about 600 digits) is beyond any integer "
+                        "type (128 bits at most)")
+
+
+def parameters_text(parameters: Sequence[Any] | Mapping[str, Any] | None) -> str:
+    """The parameters written out (repr), as the session's caches key a query's parameters; a DataError, as
+    literal() gives, for an integer too long to write out."""
+    values = parameters.values() if isinstance(parameters, Mapping) else \
+        parameters if isinstance(parameters, list | tuple) else ()
+    for value in values:
+        if type(value) is int:
+            _writable(value)
+    return repr(parameters)
 
 
 def _exact_python_value(value: Any) -> Any:

@@ -2,7 +2,7 @@
 
 Privacy: one unit's rows move the two counts together by at most the shared sensitivity (checked on neighbouring
 datasets for awkward arguments, with and without WHERE and public group keys; held in every case tried, see the
-red-team report). Intervals: the README says counts carry integer noise, so their 95% intervals are exact and
+red-team report). Intervals: the documentation says counts carry integer noise, so their 95% intervals are exact and
 cover at least 95%. A lone count's interval is the exact quantile of its discrete noise. COUNT(*) as the sum of
 the two disjoint counts gets the half-width of the *continuous* sum of two Laplace (or Gaussian) noises instead,
 which is not an integer, and the discrete noise of the sum falls outside it more often than 5% when the noise is
