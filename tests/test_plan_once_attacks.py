@@ -40,6 +40,10 @@ from tests.server.conftest import dsn as server_dsn
 from tests.server.conftest import sample_policy as server_policy
 from tests.sizes import cases
 
+# About 35 s of CPU: the red team's sweep runs in the full suite (CI); tests/test_plan_once.py's fast tests keep
+# plan once's core in the fast loop.
+pytestmark = pytest.mark.slow
+
 D = decimal.Decimal
 EPSILON = 0.5
 
