@@ -62,7 +62,8 @@ _FROM_SPARK = {"TINYINT": "TINYINT", "SMALLINT": "SMALLINT", "INT": "INTEGER", "
 _SPARK_FIELDS = {"BIGINT": "LongType", "DOUBLE": "DoubleType", "VARCHAR": "StringType", "BOOLEAN": "BooleanType",
                  "DATE": "DateType"}
 _INTEGER_RESULTS = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT"}
-_RESULT_TYPES = _INTEGER_RESULTS | {"BOOLEAN", "DOUBLE", "VARCHAR", "DATE", '"NULL"', "NULL"}
+# TIMESTAMP: only DATE_TRUNC of a date makes one (no source column is a timestamp on Spark): a midnight.
+_RESULT_TYPES = _INTEGER_RESULTS | {"BOOLEAN", "DOUBLE", "VARCHAR", "DATE", "TIMESTAMP", '"NULL"', "NULL"}
 _shared_lock = threading.Lock()
 
 
@@ -428,7 +429,10 @@ def _duckdb_type(kind: ColumnType) -> str:
 
 def _value(value: Any, duckdb_type: str) -> Any:
     """A Spark value as the DuckDB engine gives it for that DuckDB type: integers as int (Spark's DECIMAL(38, 0)
-    sums included), a DATE as its text (lossless.py: DuckDB's engine fetches dates as text)."""
+    sums included), a DATE or TIMESTAMP as DuckDB's text of it (sql/lossless.py: DuckDB's engine fetches them as
+    text). A timestamp is a TIMESTAMP_NTZ (spark_sql: DATE_TRUNC), read without a time zone, at midnight: DuckDB
+    writes it 'YYYY-MM-DD HH:MM:SS' as isoformat does (a fraction of a second, which DuckDB writes otherwise, cannot
+    come from a date)."""
     kind = duckdb_type.upper()
     if value is None:
         return None
@@ -438,6 +442,10 @@ def _value(value: Any, duckdb_type: str) -> Any:
         return int(value)
     if kind == "DOUBLE":
         return float(value)
+    if kind == "TIMESTAMP" and isinstance(value, datetime.datetime):
+        if value.microsecond or value.tzinfo is not None:
+            raise ValueError("a timestamp that is not a date's midnight")
+        return value.isoformat(sep=" ")
     if kind == "DATE" and isinstance(value, datetime.date):
         return value.isoformat()
     return value
