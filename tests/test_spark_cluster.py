@@ -1,21 +1,19 @@
 """dpsql on a real Spark cluster (issue 34): a standalone master and two workers started here, on this machine (not
-`local[*]`), and every front end run on them: the CLI, the DB-API (this process's driver) and `dpsql serve` (its
-own driver) queried with psycopg. Their answers at a negligible noise are the DuckDB engine's, and the master saw
-dpsql's applications run executors on both workers. The time limit cancels the job on the cluster: the query fails
-with the generic error and is charged, as on DuckDB, and no job, stage or task is left running.
+`local[*]`), and every front end run on them: the CLI, the DB-API and `dpsql serve` queried with psycopg, each
+in a process of its own (a process holds one SparkContext, of one master). Their answers at a negligible noise are
+the DuckDB engine's, and the master saw dpsql's applications run executors on both workers. The time limit cancels
+the job on the cluster: the query fails with the generic error and is charged, as on DuckDB, and no job, stage or
+task is left running.
 
-The cluster's processes are Spark's own (pyspark's bin/spark-class), bound to 127.0.0.1, stopped at the end; the
-driver this process starts for the DB-API is stopped at the end of the module too. Each worker offers two cores (of
-the machine's two), so that two of dpsql's applications (each taking one core on each worker) can hold executors
-at once: this process's driver and the server's.
+The cluster (benchmarks/spark_cluster.py) is Spark's own processes, bound to 127.0.0.1, stopped at the end of the
+module. Each worker offers two cores (of the machine's two), so that two of dpsql's applications (each taking one
+core on each worker) could hold executors at once.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -24,63 +22,25 @@ from pathlib import Path
 
 import pytest
 
-pyspark = pytest.importorskip("pyspark")
+pytest.importorskip("pyspark")
 
-import dpsql  # noqa: E402
-from benchmarks.support import create_ledger, write_csv, write_policy  # noqa: E402
-from dpsql.errors import ExecutionFailed  # noqa: E402
-from tests.conftest import SAMPLE, copy_visits_data  # noqa: E402
-from tests.spark_cluster_driver import connected, release  # noqa: E402
+import dpsql
+from benchmarks.spark_cluster import environment, standalone
+from benchmarks.support import create_ledger, write_csv, write_policy
+from dpsql.errors import ExecutionFailed
+from tests.conftest import SAMPLE, copy_visits_data
+from tests.spark_cluster_driver import connected, release
 
-pytestmark = pytest.mark.slow  # four JVMs, five with the DB-API's driver, six with the server's
+pytestmark = pytest.mark.slow  # three JVMs, and a driver and two executors for each front end
 
-SPARK_HOME = Path(pyspark.__file__).parent
-ENV = {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1", "DPSQL_ANALYST": "cluster"}
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _started(args: list[str], log: Path) -> subprocess.Popen:
-    with log.open("w") as out:
-        return subprocess.Popen([str(SPARK_HOME / "bin" / "spark-class"), *args], stdout=out,
-                                stderr=subprocess.STDOUT, env=ENV)
-
-
-def _wait_for(process: subprocess.Popen, log: Path, line: str) -> None:
-    """Until `line` is in the process's log; a process that stops first fails the test (no clock: it either
-    registers or dies)."""
-    while line not in log.read_text():
-        assert process.poll() is None, log.read_text()[-2000:]
-        time.sleep(0.2)
+ENV = {**environment(), "DPSQL_ANALYST": "cluster"}
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     folder = tmp_path_factory.mktemp("cluster")
-    port = _free_port()
-    url = f"spark://127.0.0.1:{port}"
-    master = _started(["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-                       "--webui-port", str(_free_port())], folder / "master.log")
-    processes = [master]
-    try:
-        _wait_for(master, folder / "master.log", "I have been elected leader")
-        for i in range(2):
-            log = folder / f"worker{i}.log"
-            worker = _started(["org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1", "--cores", "2",
-                               "--memory", "1g", "--webui-port", str(_free_port()), "--work-dir",
-                               str(folder / f"work{i}")], log)
-            processes.append(worker)
-            _wait_for(worker, log, "Successfully registered with master")
+    with standalone(folder, workers=2, cores=2, memory="1g") as url:
         yield url, folder
-    finally:
-        for process in reversed(processes):
-            process.terminate()
-        for process in processes:
-            process.wait()
 
 
 def _on_cluster(url: str, extra: str = "") -> str:
