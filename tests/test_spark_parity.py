@@ -74,6 +74,10 @@ DATE_QUERIES = [
     "SELECT SUM(extract(week from day)), SUM(extract(yearweek from day) * 1000000000), AVG(isodow(day)) FROM visits",
     "SELECT extract(dow from day) AS d, extract(doy from day) AS y, weekofyear(day) AS w, COUNT(*) FROM visits "
     "GROUP BY d, y, w",
+    "SELECT extract(decade from day) AS d, extract(century from day) AS c, extract(millennium from day) AS m, "
+    "COUNT(*) FROM visits GROUP BY d, c, m",
+    "SELECT extract(epoch from day) > 1600000000 AS recent, extract(epoch from day) AS e, COUNT(*) FROM visits "
+    "WHERE extract(epoch from day) < 0 OR day > DATE '2021-06-01' GROUP BY recent, e",
 ]
 
 

@@ -19,7 +19,8 @@ input_file_name) and file tables (parquet.`/x`) out, should one ever get past th
 - A double `/` or `%` by 0 (or -0.0) is DuckDB's IEEE result, +-inf or NaN, where Spark's is NULL.
 - Date parts (EXTRACT and the functions): DuckDB's BIGINT of the same calendar (`_DATE_PARTS`): DAYOFWEEK(d) - 1
   (Sunday is 0 in DuckDB, 1 in Spark), ISODOW as WEEKDAY + 1, ISO weeks and years as Spark's WEEKOFYEAR and
-  YEAROFWEEK (YEARWEEK their year * 100 + week); decades, centuries, epochs and the like stay refused. DATE_TRUNC
+  YEAROFWEEK (YEARWEEK their year * 100 + week), decades, centuries and millennia from the year, EPOCH from
+  UNIX_DATE; the era and the Julian day stay refused. DATE_TRUNC
   of a date to a year, quarter, month, week or day: Spark's TRUNC as a TIMESTAMP_NTZ.
   EXISTS means the same.
 - GROUPING(a, b) -> grouping(a) * 2 + grouping(b) (Spark's GROUPING takes one column, its grouping_id all of the
@@ -245,9 +246,11 @@ _DATE_PARTS = {
 }
 
 
+# DuckDB's decade (year / 10), century ((year - 1) / 100 + 1) and millennium: (offset, size) of the division.
+_YEAR_GROUPS = {"decade": (0, 10), "century": (1, 100), "millennium": (1, 1000)}
 # DATE_TRUNC of a DATE -> Spark's TRUNC unit (a DATE, made DuckDB's TIMESTAMP at midnight); a day or finer is the
-# date itself. Decades, centuries and millennia are not translated (their start can be the year 0, which neither
-# Python nor Spark's dates hold).
+# date itself. Decades, centuries and millennia are not translated (a decade's start can be the year 0, which
+# Python's dates do not hold: DuckDB's engine gives it as text).
 _TRUNC_UNITS = {"year": "YEAR", "quarter": "QUARTER", "month": "MONTH", "week": "WEEK"}
 
 
@@ -257,8 +260,20 @@ def _date_part(part: str, value: exp.Expression) -> exp.Expression:
     if _type(value) is not exp.DataType.Type.DATE:
         raise refuse(f"the date part {part} of a {_type(value).value if _type(value) else 'value'}")
     iso_year = exp.Extract(this=exp.var("YEAROFWEEK"), expression=value.copy())
-    if part == "isoyear":
-        spark: exp.Expression = iso_year
+    year = exp.Anonymous(this="year", expressions=[value.copy()])
+    if part == "epoch":  # DuckDB's DOUBLE of seconds since 1970-01-01 (whole days: exact in a double)
+        days = exp.Cast(this=exp.Anonymous(this="unix_date", expressions=[value.copy()]),
+                        to=exp.DataType.build("DOUBLE"))
+        return exp.paren(exp.Mul(this=days, expression=exp.Literal.number(86400)), copy=False)
+    if part in _YEAR_GROUPS:  # of years 1-9999 (the checker's guard): positive, so DuckDB's / floors
+        offset, size = _YEAR_GROUPS[part]
+        # Parenthesized: sqlglot writes a tree as it is, without parentheses for precedence.
+        shifted = exp.paren(exp.Sub(this=year, expression=exp.Literal.number(offset)), copy=False) if offset else year
+        spark: exp.Expression = exp.Floor(this=exp.Div(this=shifted, expression=exp.Literal.number(size)))
+        if offset:
+            spark = exp.Add(this=spark, expression=exp.Literal.number(1))
+    elif part == "isoyear":
+        spark = iso_year
     elif part == "yearweek":  # the ISO year times 100 plus the ISO week
         week = exp.Anonymous(this="weekofyear", expressions=[value.copy()])
         spark = exp.Add(this=exp.Mul(this=iso_year, expression=exp.Literal.number(100)), expression=week)
