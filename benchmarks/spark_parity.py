@@ -26,6 +26,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import random
+import re
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -48,6 +49,7 @@ CORPUS = Path("/work/shared/corpora/smartnoise_pums.csv")
 NEGLIGIBLE = 1e6  # a query's epsilon at which every noise draw rounds to nothing
 SPARK_REFUSAL = "not supported on the Spark engine"
 PUBLIC_REFUSAL = "this engine cannot read public tables"  # the checker's, when an engine has no public tables
+OVERSPENT = "would overspend"  # the ledger's refusal: the harness's budget, not an engine's answer
 
 _BIG = 2 ** 63 - 1
 _INF, _NAN = float("inf"), float("nan")
@@ -104,7 +106,9 @@ def write_adversarial(folder: Path, seed: int, people: int = 300) -> Path:
     with (folder / "visits.csv").open("a", newline="") as handle:
         csv.writer(handle).writerows([csv_cell(v) for v in row] for unit in ADVERSARIAL for row in unit)
     assert list(VISITS) == ["pid", "dept", "region", "age", "stay", "cost", "score", "smoker", "day"]
-    policy.write_text(policy.read_text().replace("[engine]\n", "[engine]\ntime_limit_seconds = 600\n"))
+    text = policy.read_text().replace("[engine]\n", "[engine]\ntime_limit_seconds = 600\n")
+    # Both engines' sessions charge the one ledger: the exactness budget (1,000 queries) would run out.
+    policy.write_text(re.sub(r"(?m)^epsilon = .*$", "epsilon = 1e18", text, count=1))
     return policy
 
 
@@ -162,6 +166,9 @@ class Parity:
         duck, duck_refusal = self._release(self.duck, sql, noise_seed, self.epsilon)
         spent = self.spark.spending().epsilon_spent
         spark, spark_refusal = self._release(self.spark, sql, noise_seed, self.epsilon)
+        if any(OVERSPENT in (refusal or "") for refusal in (duck_refusal, spark_refusal)):
+            # Not a difference of the engines, and it would hide every later comparison as "refused by both".
+            raise RuntimeError(f"the comparison ran out of budget at query {summary.queries}: {sql}")
         spark_only = spark_refusal is not None and duck_refusal is None
         if spark_only and (SPARK_REFUSAL in spark_refusal or PUBLIC_REFUSAL in spark_refusal):
             if self.spark.spending().epsilon_spent != spent:
