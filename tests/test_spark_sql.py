@@ -85,6 +85,23 @@ def test_date_parts_not_translated_are_refused(sql: str, what: str) -> None:
         to_spark(sql, {"u": {"dt": "DATE"}})
 
 
+@pytest.mark.parametrize(("pattern", "linear"), [
+    ("'%a%a%a%a%b'", False), ("'%a%b'", False), ("'%a_b%'", False), ("'%\\%'", False),
+    ("'%!%!_%' ESCAPE '!'", False),  # two runs of %: Java's backtracking regular expressions in Spark
+    ("'%o%'", True), ("'%%'", True), ("'a%b'", True), ("'_%_'", True), ("'%b'", True),  # contains, one run
+])
+def test_a_like_spark_would_match_by_backtracking_is_refused(pattern: str, linear: bool) -> None:
+    """A LIKE with % in two or more places is a regular expression with two or more `.*` in Spark: its time grows
+    as a power of the text's length (a second a row for '%a%a%a%a%b' on 100 characters), where DuckDB's LIKE is
+    linear and the checker's person-work bound admits it. Only what Spark's optimizer makes `contains` runs."""
+    sql = f"SELECT COUNT(*) FROM t WHERE d LIKE {pattern}"
+    if linear:
+        assert "LIKE" in to_spark(sql, SCHEMA)
+    else:
+        with pytest.raises(QueryRejected, match="backtracking"):
+            to_spark(sql, SCHEMA)
+
+
 def test_round_to_decimal_places_of_a_double_is_refused() -> None:
     with pytest.raises(QueryRejected, match="round\\(\\) of a double to 2 decimal places"):
         to_spark("SELECT ROUND(c, 2) FROM t", SCHEMA)
