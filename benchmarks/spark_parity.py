@@ -15,7 +15,10 @@ with the same bounding seed, each session's noise seeded alike before the query.
 - refused by both (each with its own reason);
 - refused on Spark only, before any charge, as "not supported on the Spark engine: ..." (the reason is counted);
 - different: anything else (different releases, a refusal on DuckDB only, a Spark refusal that charged, a failure).
-The sample analyst workload (benchmarks/analyst_workload.py) is compared the same way, on the sample data.
+The sample analyst workload (benchmarks/analyst_workload.py) is compared the same way, on the sample data, and so
+is SmartNoise's PUMS corpus (145 queries from SmartNoise SQL's tests and docs, held out of this repository:
+`--corpus PATH`, by default /work/shared/corpora/smartnoise_pums.csv) on the shipped PUMS policy, at a negligible
+noise (epsilon 1e6 a query).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import random
+import re
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,7 +36,7 @@ from pathlib import Path
 from benchmarks.analyst_workload import QUESTIONS
 from benchmarks.attacks.script import options, scratch
 from benchmarks.exactness import MAX_ROWS, SOURCES, VISITS, Generator, Source, write_data
-from benchmarks.support import csv_cell, seeded, write_hospital
+from benchmarks.support import SAMPLE, create_ledger, csv_cell, seeded, write_hospital
 from dpsql.engines.duckdb_engine import DuckDBEngine
 from dpsql.errors import Error
 from dpsql.policy import EngineChoice, Policy, load_policy
@@ -41,8 +45,11 @@ from dpsql.session import PrivateSession
 SPARK = EngineChoice("spark", "local[2]", (("spark.sql.shuffle.partitions", "2"),))
 BOUNDING_SEED = 34
 RESULT = Path(__file__).parent / "results" / "spark_parity.md"
+CORPUS = Path("/work/shared/corpora/smartnoise_pums.csv")
+NEGLIGIBLE = 1e6  # a query's epsilon at which every noise draw rounds to nothing
 SPARK_REFUSAL = "not supported on the Spark engine"
 PUBLIC_REFUSAL = "this engine cannot read public tables"  # the checker's, when an engine has no public tables
+OVERSPENT = "would overspend"  # the ledger's refusal: the harness's budget, not an engine's answer
 
 _BIG = 2 ** 63 - 1
 _INF, _NAN = float("inf"), float("nan")
@@ -68,17 +75,25 @@ ADVERSARIAL_SOURCE = Source(
     {"age": "int", "stay": "int", "cost": "float", "score": "float", "cost / score": "float",
      "score / stay": "float", "age / stay": "float", "cost % score": "float", "age % 7": "int",
      "age * stay": "int", "-score": "float", "abs(age - 50)": "int", "age - stay * 3": "int", "sqrt(score)": "float",
-     "round(cost)": "float", "sign(score)": "int", "nullif(stay, 0)": "int", "dayofweek(day)": "int"},
+     "round(cost)": "float", "sign(score)": "int", "nullif(stay, 0)": "int", "dayofweek(day)": "int",
+     "extract(week from day)": "int", "isodow(day)": "int", "extract(yearweek from day)": "int",
+     "extract(isoyear from day)": "int",
+     "year(day) * 1000000": "int", "extract(doy from day) * 50000000": "int"},
     frozenset({"cost", "cost / score", "cost % score"}),
     ("score / stay < 0", "cost / score > 1", "age % 7", "(age * stay) % 3", "cost % score IS NULL",
-     "1 / score > 5", "dept", "region", "round(score)", "sign(cost)", "dayofweek(day)", "region LIKE '%o%'"),
+     "1 / score > 5", "dept", "region", "round(score)", "sign(cost)", "dayofweek(day)", "region LIKE '%o%'",
+     "date_trunc('month', day)", "date_trunc('week', day)", "date_trunc('year', day)", "extract(week from day)",
+     "isodow(day)", "extract(yearweek from day)", "extract(isoyear from day)", "extract(quarter from day)"),
     ("1 / score > 5", "cost / score IS NULL", "score / stay < 0", "cost % score > 1", "age * stay > 100",
      "age * age * 3 > 0", "abs(age - 50) < 9 OR dept = 'a'", "(dept = 'a' OR dept = 'b') AND stay > 0",
      "cost IS NULL AND (region = 'north' OR abs(age - 50) < 9)", "age * stay * 2 + 1 > 0",
      "NOT (score > 0 OR cost > 0)", "cost = -cost", "score <> score", "age / stay = age / stay",
      "age * age + age * 2000000000000000000 > 0", "age * stay + 20000000000000000000000000000000000000 > 0",
      "sqrt(cost) > 3", "nullif(score, 0.0) IS NULL", "round(score) = 0", "region LIKE '%\\%'",
-     "region LIKE '_' OR region LIKE '%😀%'", "region NOT LIKE 'n%'", "region LIKE '%!%!_%' ESCAPE '!'"),
+     "region LIKE '_' OR region LIKE '%😀%'", "region NOT LIKE 'n%'", "region LIKE '%!%!_%' ESCAPE '!'",
+     "date_trunc('quarter', day) > DATE '2021-01-01'", "date_trunc('week', day) = DATE '2020-12-28'",
+     "extract(week from day) >= 52", "isodow(day) = 7", "extract(yearweek from day) > 202052",
+     "date_trunc('day', day) < DATE '2000-01-01'", "year(day) * 1000000 > 2021000000"),
     "pid")
 PARITY_SOURCES = (*SOURCES, ADVERSARIAL_SOURCE, ADVERSARIAL_SOURCE)  # the adversarial source weighs double
 
@@ -91,7 +106,9 @@ def write_adversarial(folder: Path, seed: int, people: int = 300) -> Path:
     with (folder / "visits.csv").open("a", newline="") as handle:
         csv.writer(handle).writerows([csv_cell(v) for v in row] for unit in ADVERSARIAL for row in unit)
     assert list(VISITS) == ["pid", "dept", "region", "age", "stay", "cost", "score", "smoker", "day"]
-    policy.write_text(policy.read_text().replace("[engine]\n", "[engine]\ntime_limit_seconds = 600\n"))
+    text = policy.read_text().replace("[engine]\n", "[engine]\ntime_limit_seconds = 600\n")
+    # Both engines' sessions charge the one ledger: the exactness budget (1,000 queries) would run out.
+    policy.write_text(re.sub(r"(?m)^epsilon = .*$", "epsilon = 1e18", text, count=1))
     return policy
 
 
@@ -149,6 +166,9 @@ class Parity:
         duck, duck_refusal = self._release(self.duck, sql, noise_seed, self.epsilon)
         spent = self.spark.spending().epsilon_spent
         spark, spark_refusal = self._release(self.spark, sql, noise_seed, self.epsilon)
+        if any(OVERSPENT in (refusal or "") for refusal in (duck_refusal, spark_refusal)):
+            # Not a difference of the engines, and it would hide every later comparison as "refused by both".
+            raise RuntimeError(f"the comparison ran out of budget at query {summary.queries}: {sql}")
         spark_only = spark_refusal is not None and duck_refusal is None
         if spark_only and (SPARK_REFUSAL in spark_refusal or PUBLIC_REFUSAL in spark_refusal):
             if self.spark.spending().epsilon_spent != spent:
@@ -215,17 +235,46 @@ def workload(folder: Path) -> Summary:
     return checker.summary
 
 
+def corpus_queries(path: Path) -> list[str]:
+    with path.open(newline="") as handle:
+        return [row["query"] for row in csv.DictReader(handle)]
+
+
+def corpus(folder: Path, queries: list[str]) -> Summary:
+    """SmartNoise's PUMS queries on both engines over the shipped PUMS policy (budget made huge), at a negligible
+    noise, the noise seeded alike per query."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("pums.toml", "PUMS_pid.csv"):
+        (folder / name).write_bytes((SAMPLE / "pums" / name).read_bytes())
+    text = (folder / "pums.toml").read_text().replace("epsilon = 100.0", "epsilon = 1e12", 1)
+    (folder / "pums.toml").write_text(text.replace("delta = 1e-6", "delta = 0.1", 1)
+                                      + "\n[engine]\ntime_limit_seconds = 600\n")
+    checker = Parity(load_policy(create_ledger(folder / "pums.toml")), Summary(), epsilon=NEGLIGIBLE)
+    try:
+        for i, sql in enumerate(queries):
+            checker.compare(sql, "SmartNoise PUMS", 145 + i)
+    finally:
+        checker.close()
+    return checker.summary
+
+
 def main() -> None:
-    args = options(__doc__, queries=1000, seed=34)
+    args = options(__doc__, queries=1000, seed=34, corpus=str(CORPUS))
+    only_corpus = args.queries == 0  # `--queries 0`: the corpus alone, printed, the results file left as it is
     with scratch() as folder:
-        lines = compare(folder / "generated", args.queries, args.seed).lines()
-        asked = workload(folder / "workload").lines()
-    print("\n".join(lines + asked))
+        lines = [] if only_corpus else compare(folder / "generated", args.queries, args.seed).lines()
+        asked = [] if only_corpus else workload(folder / "workload").lines()
+        pums = corpus(folder / "pums", corpus_queries(Path(args.corpus))).lines()
+    print("\n".join(lines + asked + pums))
+    if only_corpus:
+        return
     RESULT.write_text(f"# Spark engine against DuckDB engine (python -m benchmarks.spark_parity --queries "
                       f"{args.queries} --seed {args.seed})\n\nSpark local[2] on the 2-core shared machine; the "
                       "exactness data plus the adversarial units (benchmarks/spark_parity.py).\n\n```\n"
                       + "\n".join(lines) + "\n```\n\nThe sample analyst workload (benchmarks/analyst_workload.py) on "
-                      "the sample data:\n\n```\n" + "\n".join(asked) + "\n```\n")
+                      "the sample data:\n\n```\n" + "\n".join(asked) + "\n```\n\nSmartNoise's PUMS corpus "
+                      f"({len(corpus_queries(Path(args.corpus)))} queries) on the shipped PUMS policy at epsilon "
+                      f"{NEGLIGIBLE:g} a query:\n\n```\n" + "\n".join(pums) + "\n```\n")
 
 
 if __name__ == "__main__":

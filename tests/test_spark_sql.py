@@ -53,7 +53,13 @@ def test_integer_arithmetic_beyond_decimal_38_is_refused() -> None:
 
 
 @pytest.mark.parametrize(("duckdb", "spark"), [
-    ("SELECT DAYOFWEEK(dt) AS k, COUNT(*) FROM u GROUP BY k", "(DAYOFWEEK(u.dt) - 1)"),  # Sunday: 0 in DuckDB
+    ("SELECT DAYOFWEEK(dt) AS k, COUNT(*) FROM u GROUP BY k", "CAST((DAYOFWEEK(u.dt) - 1) AS BIGINT)"),  # Sunday 0
+    ("SELECT EXTRACT(ISODOW FROM dt) FROM u", "CAST((WEEKDAY(u.dt) + 1) AS BIGINT)"),  # Monday 1 ... Sunday 7
+    ("SELECT EXTRACT(WEEK FROM dt) FROM u", "CAST((WEEKOFYEAR(u.dt)) AS BIGINT)"),  # ISO weeks, DuckDB's BIGINT
+    ("SELECT EXTRACT(YEARWEEK FROM dt) FROM u", "EXTRACT(YEAROFWEEK FROM u.dt) * 100 + WEEKOFYEAR(u.dt)"),
+    ("SELECT EXTRACT(CENTURY FROM dt) FROM u", "CAST((FLOOR((YEAR(u.dt) - 1) / 100) + 1) AS BIGINT)"),
+    ("SELECT DATE_TRUNC('WEEK', dt) FROM u", "CAST(TRUNC(u.dt, 'WEEK') AS TIMESTAMP_NTZ)"),  # no time zone
+    ("SELECT DATE_TRUNC('DAY', dt) = CAST(dt AS TIMESTAMP) FROM u", "CAST(u.dt AS TIMESTAMP_NTZ)"),
     ("SELECT GROUPING(d, a), COUNT(*) FROM u GROUP BY ROLLUP (d, a)", "(GROUPING(u.a) * 1 + GROUPING(u.d) * 2)"),
     ("SELECT SUM(a) / NULLIF(COUNT(a), 0) FROM u", "CASE WHEN COUNT(u.a) = 0 THEN NULL ELSE COUNT(u.a) END"),
     ("SELECT SUM(DISTINCT a) FROM u", "SUM(DISTINCT CAST(u.a AS DECIMAL(38, 0)))"),
@@ -67,6 +73,33 @@ def test_functions_spark_writes_otherwise_are_translated(duckdb: str, spark: str
     translated = to_spark(duckdb, {"u": {"a": "BIGINT", "d": "VARCHAR", "dt": "DATE", "x": "DOUBLE"}})
     assert spark in translated, translated
     sqlglot.parse_one(translated, read=SPARK)  # and it is Spark SQL
+
+
+@pytest.mark.parametrize(("sql", "what"), [
+    ("SELECT EXTRACT(JULIAN FROM dt) FROM u", "the date part julian"),
+    ("SELECT DATE_TRUNC('DECADE', dt) FROM u", "date_trunc to a decade"),  # its start can be the year 0
+    ("SELECT CAST('2024-01-01 10:00' AS TIMESTAMP) FROM u", "the text"),
+])
+def test_date_parts_not_translated_are_refused(sql: str, what: str) -> None:
+    with pytest.raises(QueryRejected, match=what):
+        to_spark(sql, {"u": {"dt": "DATE"}})
+
+
+@pytest.mark.parametrize(("pattern", "linear"), [
+    ("'%a%a%a%a%b'", False), ("'%a%b'", False), ("'%a_b%'", False), ("'%\\%'", False),
+    ("'%!%!_%' ESCAPE '!'", False),  # two runs of %: Java's backtracking regular expressions in Spark
+    ("'%o%'", True), ("'%%'", True), ("'a%b'", True), ("'_%_'", True), ("'%b'", True),  # contains, one run
+])
+def test_a_like_spark_would_match_by_backtracking_is_refused(pattern: str, linear: bool) -> None:
+    """A LIKE with % in two or more places is a regular expression with two or more `.*` in Spark: its time grows
+    as a power of the text's length (a second a row for '%a%a%a%a%b' on 100 characters), where DuckDB's LIKE is
+    linear and the checker's person-work bound admits it. Only what Spark's optimizer makes `contains` runs."""
+    sql = f"SELECT COUNT(*) FROM t WHERE d LIKE {pattern}"
+    if linear:
+        assert "LIKE" in to_spark(sql, SCHEMA)
+    else:
+        with pytest.raises(QueryRejected, match="backtracking"):
+            to_spark(sql, SCHEMA)
 
 
 def test_round_to_decimal_places_of_a_double_is_refused() -> None:

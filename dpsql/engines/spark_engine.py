@@ -62,7 +62,8 @@ _FROM_SPARK = {"TINYINT": "TINYINT", "SMALLINT": "SMALLINT", "INT": "INTEGER", "
 _SPARK_FIELDS = {"BIGINT": "LongType", "DOUBLE": "DoubleType", "VARCHAR": "StringType", "BOOLEAN": "BooleanType",
                  "DATE": "DateType"}
 _INTEGER_RESULTS = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT"}
-_RESULT_TYPES = _INTEGER_RESULTS | {"BOOLEAN", "DOUBLE", "VARCHAR", "DATE", '"NULL"', "NULL"}
+# TIMESTAMP: only DATE_TRUNC of a date makes one (no source column is a timestamp on Spark): a midnight.
+_RESULT_TYPES = _INTEGER_RESULTS | {"BOOLEAN", "DOUBLE", "VARCHAR", "DATE", "TIMESTAMP", '"NULL"', "NULL"}
 _shared_lock = threading.Lock()
 
 
@@ -245,9 +246,9 @@ class SparkEngine(Engine):
             types = {name: _SPARK_TYPES[column.type] for name, column in table.columns.items()}
         else:
             types = {name: found[name] for name in table.columns}
-        columns = [exp.alias_(exp.cast(_quoted(name), exp.DataType.build(types[name], dialect="spark")),
-                              _quoted(name).this) for name in table.columns]
-        self._spark.sql(exp.select(*columns).from_(f"{raw_view}_file").sql("spark")).createOrReplaceTempView(raw_view)
+        columns = [(_integer_text(name) if kind == "csv" and types[name] == "BIGINT" else _cast_sql(name, types[name]))
+                   + f" AS {_quoted(name).sql('spark')}" for name in table.columns]
+        self._spark.sql(f"SELECT {', '.join(columns)} FROM {raw_view}_file").createOrReplaceTempView(raw_view)
         self._spark.catalog.dropTempView(f"{raw_view}_file")
         duckdb_types = {}
         for name, kind_name in types.items():
@@ -391,13 +392,47 @@ def _quoted(name: str) -> exp.Column:
     return exp.column(exp.to_identifier(name, quoted=True))
 
 
+def _cast_sql(name: str, spark_type: str) -> str:
+    return exp.cast(_quoted(name), exp.DataType.build(spark_type, dialect="spark")).sql("spark")
+
+
+# A number in decimal notation, as DuckDB reads one for an integer column (engines/exact_values.py), without its
+# underscores and hexadecimal forms: whole digits, fraction digits, exponent. Character classes, not backslashes
+# (which Spark's string literals would escape).
+_DECIMAL_TEXT = "^[+-]?([0-9]*)(?:[.]([0-9]*))?(?:[eE]([+-]?[0-9]+))?$"
+
+
+def _integer_text(name: str) -> str:
+    """A CSV cell (text) read as BIGINT as DuckDB reads it: a plain integer as Spark's cast reads it; a decimal
+    spelling whose value is an integer ('17000.0', '1e3', '-0.0', '1.5e1': PUMS's income is written '17000.0') as
+    that integer, through an exact DECIMAL; anything else through Spark's cast, which under the load's ANSI mode
+    fails ('1.5', whose value is not an integer, fails the load on DuckDB too, engines/exact_values.py). Exactness
+    is decided on the digits, as DuckDB's load decides it: the value is w f * 10^(e - len(f)), an integer when its
+    last len(f) - e digits are zeros. DuckDB's underscores and hexadecimal spellings fail the load on Spark."""
+    cell = f"trim({_quoted(name).sql('spark')})"
+
+    def part(group: int) -> str:
+        return f"regexp_extract({cell}, '{_DECIMAL_TEXT}', {group})"
+
+    digits = f"concat({part(1)}, {part(2)})"
+    significant = f"length(trim(TRAILING '0' FROM {digits}))"
+    places = f"(length({part(2)}) - coalesce(CAST(nullif({part(3)}, '') AS INT), 0))"
+    exact = f"({places} <= 0 OR length({digits}) - {significant} >= {places} OR {significant} = 0)"
+    decimal_spelling = f"({cell} RLIKE '{_DECIMAL_TEXT}' AND {cell} RLIKE '[0-9]' AND {cell} RLIKE '[.eE]')"
+    return (f"CASE WHEN {decimal_spelling} AND {exact} THEN CAST(CAST({cell} AS DECIMAL(38, 0)) AS BIGINT) "
+            f"ELSE {_cast_sql(name, 'BIGINT')} END")
+
+
 def _duckdb_type(kind: ColumnType) -> str:
     return kind.duckdb
 
 
 def _value(value: Any, duckdb_type: str) -> Any:
     """A Spark value as the DuckDB engine gives it for that DuckDB type: integers as int (Spark's DECIMAL(38, 0)
-    sums included), a DATE as its text (lossless.py: DuckDB's engine fetches dates as text)."""
+    sums included), a DATE or TIMESTAMP as DuckDB's text of it (sql/lossless.py: DuckDB's engine fetches them as
+    text). A timestamp is a TIMESTAMP_NTZ (spark_sql: DATE_TRUNC), read without a time zone, at midnight: DuckDB
+    writes it 'YYYY-MM-DD HH:MM:SS' as isoformat does (a fraction of a second, which DuckDB writes otherwise, cannot
+    come from a date)."""
     kind = duckdb_type.upper()
     if value is None:
         return None
@@ -407,6 +442,10 @@ def _value(value: Any, duckdb_type: str) -> Any:
         return int(value)
     if kind == "DOUBLE":
         return float(value)
+    if kind == "TIMESTAMP" and isinstance(value, datetime.datetime):
+        if value.microsecond or value.tzinfo is not None:
+            raise ValueError("a timestamp that is not a date's midnight")
+        return value.isoformat(sep=" ")
     if kind == "DATE" and isinstance(value, datetime.date):
         return value.isoformat()
     return value
