@@ -420,7 +420,12 @@ _FAILURES = {
 }
 
 
-@pytest.mark.parametrize("failure", list(_FAILURES))
+# Each case is a `dpsql prepare` process (about 1 s): the fast loop runs two, the full suite all.
+_FAST_FAILURES = ("wrong PGPASSWORD", "no such table")
+
+
+@pytest.mark.parametrize("failure", [failure if failure in _FAST_FAILURES
+                                     else pytest.param(failure, marks=pytest.mark.slow) for failure in _FAILURES])
 def test_every_failure_to_read_a_source_names_its_cause_and_never_a_secret(postgres, tmp_path, failure) -> None:
     """Each failing `dpsql prepare`: a clear message naming the table and the cause, no traceback, and neither the
     wrong password the steward gave nor the server's real one anywhere in its output."""
@@ -489,6 +494,7 @@ def test_a_store_is_rebuilt_when_the_table_changes_and_cached_answers_are_not_re
     assert built and version != first.data_version and changed == [(9,)]
 
 
+@pytest.mark.slow  # about 2 s: a PostgreSQL table appended to and a store refreshed twice
 def test_an_append_only_table_is_refreshed_from_the_rows_past_those_the_store_holds(pg_password, tmp_path,
                                                                                     monkeypatch) -> None:
     """With `append_key`, a store's refresh reads only the rows past the largest key it holds, once the rows up to

@@ -168,6 +168,7 @@ def test_live_plans_with_the_optimizers_on_are_checked_the_same_way(policy: Path
     assert {sql for sql, reasons in live.items() if reasons} <= recorded, live
 
 
+@pytest.mark.slow  # about 2 s: every generated query's plan read
 def test_no_generated_query_plans_a_join(tmp_path: Path) -> None:
     """The differential fuzzer's accepted queries (IN lists, CASE, shared subexpressions in every position): dpsql
     never joins, so a join in a physical plan can only be a rewrite of analyst code such as IN to a MARK join."""

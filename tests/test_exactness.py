@@ -42,6 +42,7 @@ def test_the_generated_queries_cover_every_shape_and_kind(summary: Summary) -> N
             "cells of empty declared groups"} <= set(summary.documented), summary.documented
 
 
+@pytest.mark.slow  # about 2 s: the harness's own check, a run of its own
 def test_the_comparison_sees_a_sum_of_integers_released_as_a_double(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """The comparison can fail: with every SUM typed DOUBLE, as before issue 29, it finds the types and the values

@@ -167,6 +167,7 @@ def test_templates_are_per_session(sessions: tuple[PrivateSession, PrivateSessio
     assert planned_once._planned_once(REUSED[0], (32, 1000.9)) is not None
 
 
+@pytest.mark.slow  # about 1.5 s: a measurement store on both sides
 def test_planned_once_with_released_measurements(tmp_path: Path) -> None:
     """With a measurement store (answers derived from released measurements, planning/reuse.py), the relation's key
     is made for each value: derived answers and their charges are the full path's."""

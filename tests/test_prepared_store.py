@@ -206,6 +206,7 @@ def test_duckdb_keeps_its_hash_ranks_unless_a_seed_is_fixed() -> None:
     assert not portable_ranks(None) and portable_ranks(7)
 
 
+@pytest.mark.slow  # about 2 s: processes of their own
 def test_the_load_sql_in_the_store_s_identity_is_the_same_text_in_every_process() -> None:
     """A store is used only by a process that computes the same identity; the known flags were a set, whose order
     follows Python's per-process string hashing, so every new process (each CLI query) rebuilt the store."""

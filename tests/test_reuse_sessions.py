@@ -130,6 +130,7 @@ def test_a_coarser_group_has_the_law_of_the_sum_of_its_cells(policy: Path) -> No
     assert _chi_square_pvalue(errors, pmf) > TAIL
 
 
+@pytest.mark.slow  # about 2.5 s: many releases
 def test_old_and_new_measurements_combine_by_inverse_variance(policy: Path) -> None:
     """COUNT by g at the epsilon of COUNT by g, h: the 3-cell sums are noisier than a new measurement would be, so
     a new one is measured (at less than the query's epsilon) and combined with them by their inverse variances. The

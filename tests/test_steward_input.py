@@ -179,6 +179,7 @@ def test_empty_and_binary_csv_files_say_so(tmp_path: Path) -> None:
     assert _load_csv(tmp_path, data.replace(b"\n", b"\r\n")) is None
 
 
+@pytest.mark.slow  # about 2.5 s: a fuzzer
 def test_a_fuzzed_csv_loads_or_says_why(tmp_path: Path) -> None:
     rng = random.Random(140)
     base = _csv_rows(60)
