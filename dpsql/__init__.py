@@ -1,7 +1,7 @@
 """dpsql: a differentially private SQL proxy.
 
 Ordinary SQL in; noisy answers with 95% intervals out; every person in the data protected by a privacy budget
-that each answer spends. See README.md. The public API is the DB-API 2.0 module interface (`connect` and the
+that each answer spends. See README.md and docs/. The public API is the DB-API 2.0 module interface (`connect` and the
 PEP 249 names below), `PrivateSession` for direct use, and `load_policy`.
 """
 

@@ -104,7 +104,7 @@ def connect(policy: str | Path, analyst: str | None = None, epsilon: float | Non
     `quantile_intervals=False` gives each quantile's (MEDIAN, QUANTILE_CONT, MIN, MAX) whole epsilon to its value
     and leaves its cell without an interval (cursor.intervals None); by default a quarter measures the interval.
     `reuse` derives answers from measurements already released where that costs less (the policy's [reuse]
-    measurements store; README "Reusing released measurements"); False measures every answer on its own.
+    measurements store; docs/explanation/reuse.md); False measures every answer on its own.
     `rng` and `bounding_seed` are for tests and benchmarks only: production noise comes from the operating
     system's secure generator.
     """
@@ -235,7 +235,7 @@ class Cursor:
     def execute(self, operation: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None, *,
                 epsilon: float | None = None, accuracy: float | None = None) -> Cursor:
         """Run a private query at `epsilon` (default: the connection's), or at the smallest epsilon that gives every
-        released cell a 95% interval within +/- `accuracy` (COUNT and SUM outputs; see README).
+        released cell a 95% interval within +/- `accuracy` (COUNT and SUM outputs; see docs/how-to/accuracy.md).
 
         A grouped answer without rows (charged all the same) says why: a `NoRowsReleased` warning, issued with
         `warnings.warn` (shown by default, filtered like any Python warning) and listed in `messages`."""

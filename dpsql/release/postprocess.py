@@ -180,7 +180,7 @@ def _with_intervals(query: CheckedQuery) -> exp.Select:
 def _null_on_zero(outer: exp.Select) -> exp.Select:
     """Every `a / b` as `a / NULLIF(b, 0)`: a ratio whose divisor's noisy value is 0 (SUM(x) / COUNT(*) on a group
     the noisy count says is empty) is NULL, as `//` and `%` by 0 already are here and as SQL's aggregates over no
-    rows are, rather than DuckDB's IEEE +/-inf or NaN (README, "Empty groups")."""
+    rows are, rather than DuckDB's IEEE +/-inf or NaN (docs/explanation/aggregates.md, "Empty groups")."""
     def guarded(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Div):
             node.set("expression", exp.func("NULLIF", node.expression, exp.Literal.number(0)))

@@ -2,7 +2,7 @@
 AVG = mid + S' / N', clamped to the bounds (a noisy count between 1/2 and 1 counts as 1); or the same from the
 argument's pair of complementary sums, S' = (ABOVE - BELOW) / 2 and N' = (ABOVE + BELOW) / (hi - lo)
 (measurements.Pair). Where N' rounds to 0, as COUNT(x) would be released, the cell is NULL: SQL's AVG of no values
-(README, "Empty groups")."""
+(docs/explanation/aggregates.md, "Empty groups")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """VAR_SAMP, VAR_POP, STDDEV_SAMP and STDDEV_POP of a bounded argument, from a count, a sum of centered values
 and a sum of their centered squares: VAR = Q/N + C - (S/N)^2, clamped to what the bounds allow, times
 N/(N-1) for a sample variance; a standard deviation is its square root. NULL where the noisy count rounds below
-the values SQL needs (1, or 2 for a sample variance): README, "Empty groups"."""
+the values SQL needs (1, or 2 for a sample variance): docs/explanation/aggregates.md, "Empty groups"."""
 
 from __future__ import annotations
 
