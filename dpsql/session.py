@@ -199,9 +199,7 @@ class PrivateSession:
             if asked_accuracy is None:
                 self._learn(sql, parameters, budget, parsed, prepared)
         if key not in self._prepared:
-            if len(self._prepared) >= _PREPARED_CACHE:
-                self._prepared.pop(next(iter(self._prepared)))
-            self._prepared[key] = prepared
+            _bounded_put(self._prepared, key, prepared)
         return prepared
 
     def _planned(self, parsed: ParsedQuery, budget: Budget, asked_accuracy: Fraction | None) -> PreparedQuery:
@@ -583,9 +581,7 @@ class PrivateSession:
         again skips the parse, as prepare() does."""
         key = (sql, parameters_text(parameters))
         if key not in self._public:
-            if len(self._public) >= _PREPARED_CACHE:
-                self._public.pop(next(iter(self._public)))
-            self._public[key] = public_sql(self._parsed(sql, parameters).tree, self.policy)
+            _bounded_put(self._public, key, public_sql(self._parsed(sql, parameters).tree, self.policy))
         return self._public[key]
 
     def _parsed(self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None,
@@ -600,9 +596,7 @@ class PrivateSession:
             parsed = parsed if tree is parsed.tree else replace(parsed, tree=tree)
             if not cache:
                 return parsed
-            if len(self._parses) >= _PREPARED_CACHE:
-                self._parses.pop(next(iter(self._parses)))
-            self._parses[key] = parsed
+            _bounded_put(self._parses, key, parsed)
         return parsed
 
     def _is_probe(self, parsed: ParsedQuery) -> bool:
